@@ -1,0 +1,17 @@
+# The two commands of the README: `make demo` (set up + start the app), `make test` (set up + tests).
+.PHONY: setup setup-dev demo test bench
+
+setup:
+	bash scripts/setup.sh
+
+setup-dev:
+	bash scripts/setup.sh dev
+
+demo: setup
+	.venv/bin/python app.py $(ARGS)
+
+test: setup-dev
+	.venv/bin/python -m pytest -v
+
+bench: setup
+	.venv/bin/python bench/run_all.py

@@ -1,0 +1,189 @@
+"""The headless CLI: ``python -m lab bench ...`` measures; ``setup-model`` builds the default model.
+
+    python -m lab bench --engines hf,vllm --users 1,5,10,20 --workload mixed --out results/demo
+
+prints a progress bar and a table, and writes DIR/summary.json and DIR/requests.csv (also when the
+run fails or is interrupted: what was measured is kept). Exit codes: 0 ok, 1 failed or cancelled
+(files written), 2 bad input (nothing loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+from lab.config import ENGINE_NAMES, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.load.workloads import WORKLOADS
+
+log = logging.getLogger("lab")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
+    bench.add_argument("--engines", default=",".join(ENGINE_NAMES), help="comma list of hf,vllm")
+    bench.add_argument("--users", default="1,5,10,20", help="concurrent-user levels, e.g. 1,5,10,20")
+    bench.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
+    bound = bench.add_mutually_exclusive_group()
+    bound.add_argument("--requests-per-user", type=int, default=None, help="measured requests per user (default 2)")
+    bound.add_argument("--duration", type=float, default=None, help="seconds per level instead of a count")
+    bench.add_argument("--output-len", type=int, default=None, help="force every output length")
+    bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
+    bench.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests per engine")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--out", default="results/latest", help="folder for summary.json and requests.csv")
+    add_engine_args(bench)
+    setup = sub.add_parser("setup-model", help="build the embedded SmolLM2 folder once and print its path")
+    setup.add_argument("--verbose", action="store_true")
+    env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
+    add_engine_args(env)
+    env.add_argument("--engines", default=",".join(ENGINE_NAMES))
+    return parser
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Engine options shared by the CLI and app.py."""
+    parser.add_argument("--model", default=None, help="local HF folder or hub id (default: embedded SmolLM2)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                        help="vLLM's share of the GPU's TOTAL memory (not of free memory)")
+    parser.add_argument("--kv-cache-gib", type=float, default=None, help="vLLM KV budget (CPU default 1)")
+    parser.add_argument("--block-size", type=int, default=None, help="vLLM KV block size in tokens")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--hf-max-batch-size", type=int, default=32)
+    parser.add_argument("--hf-cudnn-sdp", action="store_true",
+                        help="keep PyTorch's cuDNN attention for HF (naive CUDA default; slower per shape)")
+
+
+def engine_config_from(args: argparse.Namespace) -> EngineConfig:
+    """An EngineConfig from parsed CLI options."""
+    return EngineConfig(
+        model=args.model, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_gib=args.kv_cache_gib,
+        block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+        hf_max_batch_size=args.hf_max_batch_size, hf_cudnn_sdp=args.hf_cudnn_sdp,
+    )
+
+
+def plan_from(args: argparse.Namespace) -> RunPlan:
+    """A validated RunPlan from parsed CLI options (ValueError on bad input)."""
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    requests = args.requests_per_user
+    if requests is None and args.duration is None:
+        requests = 2
+    load = LoadConfig(
+        users=parse_users(args.users), workload=args.workload, requests_per_user=requests,
+        duration_s=args.duration, output_len=args.output_len, exact_lengths=not args.no_exact,
+        warmup_requests=args.warmup, seed=args.seed,
+    )
+    return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
+
+
+class ConsoleProgress:
+    """A tqdm bar over all planned requests, with the current engine and level as its label."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.done = 0
+
+    def on_start(self, result) -> None:
+        from tqdm import tqdm
+
+        load = result.plan.load
+        total = None
+        if load.requests_per_user is not None:
+            total = sum(load.users) * load.requests_per_user * len(result.plan.engines)
+        self.bar = tqdm(total=total, unit="req", file=sys.stderr, dynamic_ncols=True)
+
+    def on_update(self, result) -> None:
+        done = sum(len(level.records) for level in result.levels)
+        if done != self.done:
+            self.bar.update(done - self.done)
+            self.done = done
+        self.bar.set_description_str(result.message, refresh=False)
+
+    def on_complete(self, result) -> None:
+        self.on_update(result)
+        self.bar.close()
+
+
+def format_table(result) -> str:
+    """The run as a plain-text table: one row per engine and level, then the ratios."""
+    head = f"{'engine':<6} {'users':>5} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} {'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}"
+    lines = [head, "-" * len(head)]
+    for level in result.levels:
+        s = level.summary
+        if s is None:
+            continue
+        kv = level.kv.get("peak_usage")
+        kv_text = f"{kv:.0%}" if kv is not None else "-"
+
+        def ms(v):
+            return f"{v * 1000:.0f}ms" if v is not None else "-"
+
+        lines.append(f"{s.engine:<6} {s.users:>5} {s.completed:>5} {s.errors:>4} {s.output_tok_s:>10.1f} "
+                     f"{ms(s.ttft_s.p50):>9} {ms(s.tpot_s.p50):>9} {ms(s.e2e_s.p90):>8} {kv_text:>8}")
+    for users, ratio in result.ratio().items():
+        lines.append(f"vLLM/HF output tok/s at {users} users: {ratio:.2f}x")
+    return "\n".join(lines)
+
+
+async def bench(plan: RunPlan, out: str) -> int:
+    """Load the engines, run the plan, print the table and write the files."""
+    from lab.runs import write_run
+    from lab.session import LabSession
+
+    session = LabSession(plan.engine, plan.engines)
+    result = None
+    try:
+        await session.start()
+        result = session.new_result(plan)
+        await session.run(plan, [ConsoleProgress()], result)
+    finally:
+        if result is not None:
+            paths = write_run(result, out)
+            print(format_table(result))
+            print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
+            print(f"wrote {paths['summary']} and {paths['requests']}")
+        await session.stop()
+    return 0 if result.status == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "setup-model":
+        from lab.model import build_embedded_model
+
+        print(build_embedded_model())
+        return 0
+    try:
+        if args.command == "env":
+            from lab.environment import versions
+            from lab.session import check_session
+
+            config = engine_config_from(args)
+            engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+            check = check_session(config, engines)
+            print(json.dumps({"model": check.model, "model_path": check.model_path,
+                              "device": check.memory.device.to_dict(), "memory": check.memory.to_dict(),
+                              "versions": versions()}, indent=2))
+            return 0
+        plan = plan_from(args)
+        from lab.session import check_session
+
+        check_session(plan.engine, plan.engines)  # bad input is rejected before anything loads
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(bench(plan, args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""What the user chose, validated on construction.
+
+Every field carries a short note on why its default is what it is. A bad value raises ValueError with
+the reason, before any model or engine is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+ENGINE_NAMES = ("hf", "vllm")
+DEFAULT_USERS = (1, 5, 10, 20)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One model, loaded by every engine with the same settings.
+
+    Attributes:
+        model: Local folder or hub id; None means the embedded SmolLM2-135M-Instruct folder.
+        dtype: Weights and activations dtype for both engines (bf16: what the seeds measured).
+        max_model_len: Prompt + output tokens one request may hold; a hard wall in both engines.
+        seed: Seed for both engines (greedy decoding makes runs repeatable anyway).
+        device: "auto" (CUDA when present, else CPU), "cpu" or "cuda".
+        kv_cache_gib: vLLM KV-cache budget in GiB. On CPU this is the only budget vLLM honours well;
+            on a GPU it overrides gpu_memory_utilization. None: 1 GiB on CPU, the fraction on GPU.
+        gpu_memory_utilization: Fraction of the GPU's TOTAL memory vLLM may take (weights + KV pages),
+            not of free memory; 0.5 leaves the other half for the HF model on the same card.
+        block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).
+            vLLM's CPU build accepts only multiples of 32.
+        max_num_seqs: vLLM's cap on sequences per step; 256 is vLLM's default.
+        hf_max_batch_size: Static-batch cap of the HF baseline; 32 covers the 20-user level.
+        hf_cudnn_sdp: Keep PyTorch's cuDNN attention on for HF (the naive default on CUDA, which pays
+            a set-up cost at every new shape). False: the fair setting, cuDNN SDPA off.
+        hf_threads: torch threads of the HF engine on CPU. None: cores - 1 (min 1), so the UI and the
+            event loop are not starved on a 2-core machine.
+        enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
+    """
+
+    model: str | None = None
+    dtype: str = "bfloat16"
+    max_model_len: int = 2048
+    seed: int = 0
+    device: str = "auto"
+    kv_cache_gib: float | None = None
+    gpu_memory_utilization: float = 0.5
+    block_size: int | None = None
+    max_num_seqs: int = 256
+    hf_max_batch_size: int = 32
+    hf_cudnn_sdp: bool = False
+    hf_threads: int | None = None
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32, not {self.dtype!r}")
+        if self.max_model_len < 16:
+            raise ValueError(f"max_model_len must be at least 16 tokens, not {self.max_model_len}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, not {self.device!r}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization is a fraction of total memory in (0, 1], "
+                f"not {self.gpu_memory_utilization}"
+            )
+        if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be positive, not {self.kv_cache_gib}")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be positive, not {self.block_size}")
+        if self.max_num_seqs < 1 or self.hf_max_batch_size < 1:
+            raise ValueError("max_num_seqs and hf_max_batch_size must be at least 1")
+        if self.hf_threads is not None and self.hf_threads < 1:
+            raise ValueError(f"hf_threads must be at least 1, not {self.hf_threads}")
+
+    def resolved_device(self) -> str:
+        """The device the engines will use: 'cuda' or 'cpu'."""
+        if self.device != "auto":
+            return self.device
+        return "cuda" if has_nvidia_gpu() else "cpu"
+
+    def resolved_block_size(self) -> int:
+        """The KV block size vLLM will use on this config's device."""
+        if self.block_size is not None:
+            return self.block_size
+        return 16 if self.resolved_device() == "cuda" else 128
+
+    def check_block_size(self) -> None:
+        """Reject a block size the CPU build fails on only after ~30 s of start-up."""
+        if self.resolved_device() == "cpu" and self.resolved_block_size() % 32:
+            raise ValueError(
+                f"block_size={self.block_size}: vLLM's CPU build needs a multiple of 32 (e.g. 32, 128)"
+            )
+
+    def with_overrides(self, **changes) -> "EngineConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """One load test: which workload, how many concurrent users, how long.
+
+    Attributes:
+        users: Concurrent-user levels, each a closed loop (a user sends its next request when the
+            previous one ends). 1/5/10/20 are the levels of the seeds.
+        workload: A name from lab.load.workloads.WORKLOADS.
+        requests_per_user: Measured requests each user sends per level; bounds the run by count.
+        duration_s: Bound each level by time instead (users stop sending after it; in-flight requests
+            finish). Exactly one of requests_per_user and duration_s is set.
+        output_len: Force every request's output length (tokens); None keeps the workload's lengths.
+        exact_lengths: Ignore EOS so each request makes exactly its output length (fair token counts).
+        warmup_requests: Requests sent to each engine before its first level and not measured.
+        seed: Seed of the workload's length and prompt sampling.
+    """
+
+    users: tuple[int, ...] = DEFAULT_USERS
+    workload: str = "mixed"
+    requests_per_user: int | None = 2
+    duration_s: float | None = None
+    output_len: int | None = None
+    exact_lengths: bool = True
+    warmup_requests: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from lab.load.workloads import WORKLOADS
+
+        if not self.users:
+            raise ValueError("users: give at least one user level, e.g. 1,5,10,20")
+        bad = [u for u in self.users if not isinstance(u, int) or u < 1]
+        if bad:
+            raise ValueError(f"users: every level must be a whole number >= 1, got {bad}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; choose one of {sorted(WORKLOADS)}")
+        if (self.requests_per_user is None) == (self.duration_s is None):
+            raise ValueError("set exactly one of requests_per_user and duration_s")
+        if self.requests_per_user is not None and self.requests_per_user < 1:
+            raise ValueError(f"requests_per_user must be at least 1, not {self.requests_per_user}")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError(f"duration_s must be positive, not {self.duration_s}")
+        if self.output_len is not None and self.output_len < 1:
+            raise ValueError(f"output_len must be at least 1 token, not {self.output_len}")
+        if self.warmup_requests < 0:
+            raise ValueError("warmup_requests must be >= 0")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run: every chosen engine at every user level of one load config."""
+
+    engines: tuple[str, ...] = ENGINE_NAMES
+    load: LoadConfig = field(default_factory=LoadConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        if not self.engines:
+            raise ValueError("engines: choose at least one of hf, vllm")
+        unknown = [e for e in self.engines if e not in ENGINE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINE_NAMES)}")
+        if len(set(self.engines)) != len(self.engines):
+            raise ValueError(f"engines: each engine once, got {list(self.engines)}")
+
+
+def parse_users(text: str) -> tuple[int, ...]:
+    """Parse '1,5,10,20' into (1, 5, 10, 20), with a clear message for anything else.
+
+    Args:
+        text: Comma- or space-separated whole numbers.
+
+    Returns:
+        The levels, in the order given.
+
+    Raises:
+        ValueError: empty text, a non-number or a level below 1.
+    """
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts:
+        raise ValueError("users: give at least one user level, e.g. 1,5,10,20")
+    levels = []
+    for part in parts:
+        try:
+            levels.append(int(part))
+        except ValueError:
+            raise ValueError(f"users: {part!r} is not a whole number") from None
+    bad = [u for u in levels if u < 1]
+    if bad:
+        raise ValueError(f"users: every level must be >= 1, got {bad}")
+    return tuple(levels)
+
+
+def has_nvidia_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible (NVML first, torch as a fallback)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        pass
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False

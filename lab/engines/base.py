@@ -1,0 +1,141 @@
+"""The one async protocol every engine speaks, and the data that crosses it.
+
+The load driver knows engines only through ``Engine``: start, check a request, stream its tokens,
+hand over the stats samples taken since the last call, reset between runs, stop. Concrete engines
+(hf, vllm, fake) live beside this file; nothing here imports torch or vllm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol, runtime_checkable
+
+
+class RequestRejected(Exception):
+    """A request the engine refuses before running it (recorded as an error, never fatal)."""
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One generation request, already tokenized so that both engines see the same prompt.
+
+    Attributes:
+        request_id: Unique across the engine's lifetime.
+        prompt_token_ids: The prompt, as token ids.
+        max_tokens: Output tokens asked for; with ignore_eos, exactly this many are made.
+        ignore_eos: Keep generating past EOS (exact output lengths).
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    ignore_eos: bool = True
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Tokens that reached the caller at one instant (perf_counter seconds)."""
+
+    time_s: float
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """What an engine's scheduler looked like at one instant.
+
+    vLLM fills the block fields from its SchedulerStats (kv_usage = 1 - free/total blocks, vLLM's own
+    definition). HF fills the byte fields from the shapes of its static batch: reserved is what the
+    batch's contiguous cache holds (batch x padded length), real the part holding the requests' own
+    prompt and output tokens.
+    """
+
+    engine: str
+    time_s: float
+    running: int
+    waiting: int
+    kv_usage: float | None = None
+    kv_total_blocks: int | None = None
+    kv_block_size: int | None = None
+    kv_reserved_bytes: int | None = None
+    kv_real_bytes: int | None = None
+    preemptions_total: int = 0
+    prefix_queries_total: int = 0
+    prefix_hits_total: int = 0
+
+
+@dataclass
+class EngineInfo:
+    """What an engine reports about itself after start()."""
+
+    name: str
+    args: dict = field(default_factory=dict)
+    kv_bytes_per_token: int | None = None
+    kv_total_blocks: int | None = None
+    kv_block_size: int | None = None
+    memory_bytes: int | None = None
+    attention: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The async protocol between the load driver and an engine."""
+
+    name: str
+
+    async def start(self) -> EngineInfo:
+        """Load the model and get ready; returns what was loaded."""
+
+    def check(self, request: GenRequest) -> str | None:
+        """Return why the request cannot run (e.g. too long), or None."""
+
+    def stream(self, request: GenRequest) -> AsyncIterator[TokenChunk]:
+        """Run one request, yielding its tokens as they are made."""
+
+    def drain_samples(self) -> list[EngineSample]:
+        """Stats samples taken since the last call."""
+
+    async def reset(self) -> None:
+        """Forget cached state (prefix cache) between runs."""
+
+    async def abort_all(self) -> None:
+        """Stop work in flight as soon as possible (cancel)."""
+
+    async def stop(self) -> None:
+        """Release the model and any processes."""
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Turn output token ids into text."""
+
+
+def check_fits(request: GenRequest, max_model_len: int) -> str | None:
+    """The max_model_len wall, worded the same for every engine.
+
+    Args:
+        request: The request to check.
+        max_model_len: Prompt + output tokens one request may hold.
+
+    Returns:
+        A message naming both lengths when the request does not fit, else None.
+    """
+    if request.prompt_len >= max_model_len:
+        return (
+            f"prompt has {request.prompt_len} tokens, but max_model_len is {max_model_len} "
+            f"(the prompt plus at least one output token must fit)"
+        )
+    total = request.prompt_len + request.max_tokens
+    if total > max_model_len:
+        return (
+            f"prompt of {request.prompt_len} tokens + {request.max_tokens} output tokens = {total} "
+            f"tokens exceeds max_model_len {max_model_len}"
+        )
+    return None
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Bytes of K and V one token occupies across all layers: 2 x layers x kv_heads x head_dim x dtype."""
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes

@@ -1,0 +1,304 @@
+"""The baseline: HuggingFace transformers generate() with static batching.
+
+Waiting requests are gathered into one left-padded batch (up to hf_max_batch_size); the batch runs
+until its longest request is done; requests that arrive meanwhile wait for the next batch. This is the
+naive loop of the seeds' hf_baseline.py, served to concurrent users.
+
+Each decoding step is observed by a StoppingCriteria that stamps the time, hands each request its own
+new token (only the tokens it asked for are counted), marks a request done at its own length, and
+samples the KV cache the batch holds. generate() runs in a worker thread; tokens cross to the asyncio
+side with call_soon_threadsafe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from lab.config import EngineConfig
+from lab.engines.base import (
+    EngineInfo,
+    EngineSample,
+    GenRequest,
+    RequestRejected,
+    TokenChunk,
+    check_fits,
+    kv_bytes_per_token,
+)
+
+log = logging.getLogger(__name__)
+
+_END = object()  # marks the end of one request's stream
+GATHER_S = 0.005  # how long the worker waits for more arrivals once one request is waiting
+
+
+@dataclass
+class _Slot:
+    """One request inside a batch, with the asyncio queue its tokens go to."""
+
+    request: GenRequest
+    out: asyncio.Queue
+    made: int = 0
+    done: bool = False
+
+
+@dataclass
+class _Batch:
+    slots: list[_Slot]
+    padded_len: int
+    epoch: int
+    step: int = 0
+
+
+def default_hf_threads() -> int:
+    """cores - 1 (at least 1): leaves a core to the event loop and the UI."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+class HFEngine:
+    """Static-batch transformers generate() behind the async Engine protocol."""
+
+    name = "hf"
+
+    def __init__(self, config: EngineConfig, model_path: str):
+        self.config = config
+        self.model_path = model_path
+        self._pending: queue.Queue = queue.Queue()
+        self._samples: list[EngineSample] = []
+        self._lock = threading.Lock()
+        self._abort_epoch = 0  # abort_all() bumps it: batches started before then stop
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.info: EngineInfo | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def start(self) -> EngineInfo:
+        self._loop = asyncio.get_running_loop()
+        self.info = await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
+        self._thread.start()
+        return self.info
+
+    def _load(self) -> EngineInfo:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = self.config.resolved_device()
+        threads = self.config.hf_threads or default_hf_threads()
+        if device == "cpu":
+            torch.set_num_threads(threads)
+            attention = f"sdpa (CPU, {threads} threads)"
+        else:
+            torch.backends.cuda.enable_cudnn_sdp(self.config.hf_cudnn_sdp)
+            attention = "sdpa, cuDNN on (PyTorch default)" if self.config.hf_cudnn_sdp else (
+                "sdpa, cuDNN off (fair setting)"
+            )
+        torch.manual_seed(self.config.seed)
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_path, dtype=getattr(torch, self.config.dtype), attn_implementation="sdpa"
+        ).to(device)
+        self.model.eval()
+        self.device = device
+        cfg = self.model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        per_token = kv_bytes_per_token(
+            cfg.num_hidden_layers, kv_heads, head_dim, self.model.dtype.itemsize
+        )
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = next(iter(self.eos_ids), 0)
+        memory = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        args = {
+            "batching": "static (left-padded, runs until its longest request is done)",
+            "max_batch_size": self.config.hf_max_batch_size,
+            "dtype": self.config.dtype,
+            "device": device,
+            "attention": attention,
+            "max_model_len": self.config.max_model_len,
+            "decoding": "greedy",
+        }
+        if device == "cpu":
+            args["torch_threads"] = threads
+        return EngineInfo(
+            name=self.name, args=args, kv_bytes_per_token=per_token, memory_bytes=memory,
+            attention=attention,
+        )
+
+    async def stop(self) -> None:
+        self._abort_epoch += 1
+        self._pending.put(None)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        self.model = None
+
+    async def reset(self) -> None:
+        """Nothing is cached across requests: each static batch starts from an empty cache."""
+
+    async def abort_all(self) -> None:
+        self._abort_epoch += 1
+        while True:  # fail what has not started
+            try:
+                slot = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if slot is not None:
+                self._push(slot, RequestRejected("cancelled before it ran"))
+
+    # -- requests -----------------------------------------------------------------------------
+    def check(self, request: GenRequest) -> str | None:
+        return check_fits(request, self.config.max_model_len)
+
+    async def stream(self, request: GenRequest):
+        """Queue the request for the next static batch and yield its tokens as they are made."""
+        problem = self.check(request)
+        if problem:
+            raise RequestRejected(problem)
+        slot = _Slot(request=request, out=asyncio.Queue())
+        self._pending.put(slot)
+        while True:
+            item = await slot.out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def drain_samples(self) -> list[EngineSample]:
+        with self._lock:
+            taken, self._samples = self._samples, []
+        return taken
+
+    # -- the worker thread --------------------------------------------------------------------
+    def _push(self, slot: _Slot, item) -> None:
+        self._loop.call_soon_threadsafe(slot.out.put_nowait, item)
+
+    def _serve(self) -> None:
+        while True:
+            first = self._pending.get()
+            if first is None:
+                return
+            slots = self._gather(first)
+            if slots is None:
+                return
+            try:
+                self._run_batch(slots)
+            except Exception as exc:  # noqa: BLE001 - an engine error ends its requests, not the run
+                log.exception("HF batch failed")
+                for slot in slots:
+                    if not slot.done:
+                        slot.done = True
+                        self._push(slot, RequestRejected(f"HF generate() failed: {exc}"))
+            self._sample(None)
+
+    def _gather(self, first: _Slot) -> list[_Slot] | None:
+        slots = [first]
+        deadline = time.perf_counter() + GATHER_S
+        while len(slots) < self.config.hf_max_batch_size:
+            try:
+                slot = self._pending.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                break
+            if slot is None:
+                return None
+            slots.append(slot)
+        return slots
+
+    def _run_batch(self, slots: list[_Slot]) -> None:
+        torch = self.torch
+        padded = max(s.request.prompt_len for s in slots)
+        ids = [[self.pad_id] * (padded - s.request.prompt_len) + list(s.request.prompt_token_ids)
+               for s in slots]
+        mask = [[0] * (padded - s.request.prompt_len) + [1] * s.request.prompt_len for s in slots]
+        input_ids = torch.tensor(ids, device=self.device)
+        attention_mask = torch.tensor(mask, device=self.device)
+        batch = _Batch(slots=slots, padded_len=padded, epoch=self._abort_epoch)
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        with torch.inference_mode():
+            self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max(s.request.max_tokens for s in slots),
+                do_sample=False,
+                pad_token_id=self.pad_id,
+                stopping_criteria=StoppingCriteriaList([_StepObserver(self, batch)]),
+                logits_processor=LogitsProcessorList([_SuppressEos(self, batch)]),
+            )
+        for slot in slots:  # generate() returned: every request gets its answer now
+            if not slot.done:
+                slot.done = True
+                self._push(slot, _END)
+
+    def _on_step(self, batch: _Batch, last_tokens: list[int]) -> list[bool]:
+        now = time.perf_counter()
+        batch.step += 1
+        aborted = batch.epoch != self._abort_epoch
+        for slot, token in zip(batch.slots, last_tokens):
+            if slot.done:
+                continue
+            slot.made += 1
+            self._push(slot, TokenChunk(time_s=now, token_ids=(token,)))
+            at_eos = not slot.request.ignore_eos and token in self.eos_ids
+            if slot.made >= slot.request.max_tokens or at_eos:
+                slot.done = True
+                self._push(slot, _END)
+            elif aborted:
+                slot.done = True
+                self._push(slot, RequestRejected("cancelled"))
+        self._sample(batch)
+        return [slot.done for slot in batch.slots]
+
+    def _sample(self, batch: _Batch | None) -> None:
+        per_token = self.info.kv_bytes_per_token if self.info else 0
+        if batch is None:
+            reserved = real = running = 0
+        else:
+            running = len(batch.slots)
+            reserved = running * (batch.padded_len + batch.step) * per_token
+            real = sum(s.request.prompt_len + s.made for s in batch.slots) * per_token
+        sample = EngineSample(
+            engine=self.name, time_s=time.perf_counter(), running=running,
+            waiting=self._pending.qsize(), kv_reserved_bytes=reserved, kv_real_bytes=real,
+        )
+        with self._lock:
+            self._samples.append(sample)
+
+
+class _StepObserver:
+    """A StoppingCriteria called after every step: stamps times and stops each request at its length."""
+
+    def __init__(self, engine: HFEngine, batch: _Batch):
+        self.engine, self.batch = engine, batch
+
+    def __call__(self, input_ids, scores, **kwargs):
+        done = self.engine._on_step(self.batch, input_ids[:, -1].tolist())
+        return self.engine.torch.tensor(done, device=input_ids.device)
+
+
+class _SuppressEos:
+    """A LogitsProcessor that forbids EOS for requests that asked for exact lengths."""
+
+    def __init__(self, engine: HFEngine, batch: _Batch):
+        self.engine = engine
+        self.rows = [i for i, s in enumerate(batch.slots) if s.request.ignore_eos]
+        self.eos = sorted(engine.eos_ids)
+
+    def __call__(self, input_ids, scores):
+        if self.rows and self.eos:
+            rows = self.engine.torch.tensor(self.rows, device=scores.device)
+            for token in self.eos:
+                scores[rows, token] = float("-inf")
+        return scores

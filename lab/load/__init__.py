@@ -1,0 +1,1 @@
+"""Load generation: seeded workloads and the closed-loop concurrent-user driver."""

@@ -1,0 +1,139 @@
+"""The closed-loop driver: N concurrent users, each sending its next request when the last one ends.
+
+Every request ends as a RequestRecord, completed, errored or cancelled, with its timings: an engine
+error or a too-long prompt is data, never an exception that stops the level. Progress goes to a
+callback, one call per finished request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from lab.engines.base import Engine, GenRequest, RequestRejected
+
+log = logging.getLogger(__name__)
+
+OK, ERROR, CANCELLED = "ok", "error", "cancelled"
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request. Times are time.perf_counter() seconds.
+
+    Attributes:
+        engine: Engine name.
+        users: The user level it ran at.
+        user_id: Which closed-loop user sent it.
+        request_id: The request's id (same across engines for the same workload).
+        send_s: When the user sent it.
+        first_token_s: When its first output token arrived (None if none did).
+        end_s: When its last token arrived, or when it failed.
+        token_times_s: Arrival time of every output token.
+        prompt_tokens: Prompt length.
+        max_tokens: Output tokens asked for.
+        status: 'ok', 'error' or 'cancelled'.
+        error: Why it failed, else ''.
+    """
+
+    engine: str
+    users: int
+    user_id: int
+    request_id: str
+    send_s: float
+    prompt_tokens: int
+    max_tokens: int
+    first_token_s: float | None = None
+    end_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    status: str = OK
+    error: str = ""
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.token_times_s)
+
+
+async def send(engine: Engine, request: GenRequest, users: int, user_id: int) -> RequestRecord:
+    """Run one request to its end and record it; never raises (a cancelled request is recorded too)."""
+    record = RequestRecord(
+        engine=engine.name, users=users, user_id=user_id, request_id=request.request_id,
+        send_s=time.perf_counter(), prompt_tokens=request.prompt_len, max_tokens=request.max_tokens,
+    )
+    try:
+        problem = engine.check(request)
+        if problem:
+            raise RequestRejected(problem)
+        async for chunk in engine.stream(request):
+            if record.first_token_s is None:
+                record.first_token_s = chunk.time_s
+            record.token_times_s.extend([chunk.time_s] * len(chunk.token_ids))
+    except asyncio.CancelledError:  # swallowed on purpose: the caller re-raises after recording
+        record.status, record.error = CANCELLED, "run cancelled"
+    except RequestRejected as exc:
+        record.status, record.error = (CANCELLED if "cancelled" in str(exc) else ERROR), str(exc)
+    except Exception as exc:  # noqa: BLE001 - an engine failure is this request's data
+        record.status, record.error = ERROR, f"{type(exc).__name__}: {exc}"
+    record.end_s = record.token_times_s[-1] if record.status == OK and record.token_times_s else (
+        time.perf_counter()
+    )
+    return record
+
+
+async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
+                    duration_s: float | None = None,
+                    on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Drive ``users`` closed-loop users over a shared request queue until it or the time runs out.
+
+    Args:
+        engine: A started engine.
+        requests: The requests, taken in order by whichever user is free.
+        users: Number of concurrent users.
+        duration_s: Stop sending new requests after this long (in-flight ones finish).
+        on_record: Called with each finished record (progress observers).
+
+    Returns:
+        One record per request sent, in finishing order. If the task is cancelled, in-flight requests
+        are recorded as cancelled and still reach ``on_record`` before CancelledError propagates.
+    """
+    records: list[RequestRecord] = []
+    deadline = None if duration_s is None else time.perf_counter() + duration_s
+
+    def finish(record: RequestRecord) -> None:
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    async def user(user_id: int) -> None:
+        for request in requests:
+            task = asyncio.ensure_future(send(engine, request, users, user_id))
+            try:
+                record = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                task.cancel()
+                finish(await task)
+                raise
+            finish(record)
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+
+    tasks = [asyncio.ensure_future(user(u)) for u in range(users)]
+    try:
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return records
+
+
+async def complete_text(engine: Engine, request: GenRequest) -> str:
+    """Run one request and return its decoded answer (for chat checks and demos)."""
+    ids: list[int] = []
+    async for chunk in engine.stream(request):
+        ids.extend(chunk.token_ids)
+    return engine.decode(ids)

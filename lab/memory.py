@@ -1,0 +1,126 @@
+"""The memory planner: will both engines fit on the device before anything loads?
+
+vLLM's gpu_memory_utilization is a fraction of the device's TOTAL memory, not of what is free (the
+seeds' gotcha on a shared card): the planner compares what it asks for against what NVML says is free,
+and checks that what is left holds the HF model too. On CPU the same check runs against available RAM.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.config import EngineConfig
+from lab.engines.base import kv_bytes_per_token
+from lab.environment import GIB, DeviceInfo
+
+SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What each engine will hold, and notes for the Environment view."""
+
+    device: DeviceInfo
+    weights_bytes: int | None
+    vllm_bytes: int | None
+    hf_bytes: int | None
+    hf_worst_kv_bytes: int | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "device_total_bytes": self.device.total_bytes, "device_free_bytes": self.device.free_bytes,
+            "weights_bytes": self.weights_bytes, "vllm_bytes": self.vllm_bytes, "hf_bytes": self.hf_bytes,
+            "hf_worst_kv_bytes": self.hf_worst_kv_bytes, "notes": list(self.notes),
+        }
+
+
+def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
+    """Bytes of KV per token from a local folder's config.json (None for hub ids)."""
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        return None
+    cfg = json.loads(config_file.read_text())
+    cfg = cfg.get("text_config", cfg)
+    heads = cfg.get("num_attention_heads")
+    layers = cfg.get("num_hidden_layers")
+    if not heads or not layers:
+        return None
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    return kv_bytes_per_token(layers, cfg.get("num_key_value_heads") or heads, head_dim,
+                              DTYPE_BYTES[dtype])
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ...],
+                weights_bytes: int | None, kv_per_token: int | None) -> MemoryPlan:
+    """Check that the chosen engines fit, before anything loads.
+
+    Args:
+        config: The engine config (memory fraction or KV budget, batch size, max_model_len).
+        device: The device as read now (free memory included).
+        engines: The engines that will be loaded together.
+        weights_bytes: The model's weights on disk, if known.
+        kv_per_token: KV bytes per token, if known.
+
+    Returns:
+        The plan.
+
+    Raises:
+        ValueError: with the reason and a value that would fit, when the engines cannot fit.
+    """
+    weights = weights_bytes or 0
+    notes = []
+    hf_kv = (config.hf_max_batch_size * config.max_model_len * kv_per_token) if kv_per_token else None
+    vllm_bytes = None
+    if "vllm" in engines:
+        if config.kv_cache_gib is not None or device.kind == "cpu":
+            kv = (config.kv_cache_gib or 1.0) * GIB
+            vllm_bytes = int(kv + weights)
+            notes.append(f"vLLM: {gib(kv)} of KV cache + {gib(weights)} of weights")
+        else:
+            vllm_bytes = int(config.gpu_memory_utilization * device.total_bytes)
+            notes.append(
+                f"vLLM: gpu_memory_utilization {config.gpu_memory_utilization} x total "
+                f"{gib(device.total_bytes)} = {gib(vllm_bytes)} (weights + KV pages)"
+            )
+            if vllm_bytes <= weights + SLACK_BYTES:
+                raise ValueError(
+                    f"gpu_memory_utilization={config.gpu_memory_utilization} gives vLLM {gib(vllm_bytes)}, "
+                    f"which does not even hold the {gib(weights)} of weights plus working memory: raise it"
+                )
+        if vllm_bytes > device.free_bytes:
+            what = (f"gpu_memory_utilization={config.gpu_memory_utilization} is a fraction of the TOTAL "
+                    f"{gib(device.total_bytes)}, so it asks for {gib(vllm_bytes)}"
+                    if device.kind == "cuda" and config.kv_cache_gib is None
+                    else f"vLLM needs {gib(vllm_bytes)} (KV budget + weights)")
+            fit = (device.free_bytes - SLACK_BYTES) / device.total_bytes if device.total_bytes else 0
+            hint = (f"; use gpu_memory_utilization <= {fit:.2f}" if device.kind == "cuda" and fit > 0
+                    else "; lower kv_cache_gib")
+            raise ValueError(f"{what}, but only {gib(device.free_bytes)} of {device.name} is free{hint}")
+    hf_bytes = None
+    if "hf" in engines:
+        hf_bytes = weights
+        left = device.free_bytes - (vllm_bytes or 0)
+        if weights + SLACK_BYTES > left:
+            raise ValueError(
+                f"the HF model needs {gib(weights)} of weights plus working memory, but only {gib(left)} "
+                f"are left on {device.name} after vLLM's share: lower vLLM's memory or the model size"
+            )
+        if hf_kv is not None:
+            notes.append(
+                f"HF: {gib(weights)} of weights; its worst static batch ({config.hf_max_batch_size} x "
+                f"{config.max_model_len} tokens) would reserve {gib(hf_kv)} of contiguous KV"
+            )
+            if weights + hf_kv > left:
+                notes.append(
+                    f"warning: HF's worst-case batch would not fit in the {gib(left)} left; large batches "
+                    f"of long requests may run out of memory"
+                )
+    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes)

@@ -1,0 +1,193 @@
+"""Metrics: pure functions over request records and engine samples.
+
+Each metric is defined once, here, and written down in the README; the UI, the CLI and the notebooks
+all call these functions.
+
+- TTFT  = first_token_s - send_s, per request.
+- E2E   = end_s - send_s, per request (end = arrival of its last token).
+- TPOT  = (E2E - TTFT) / (output_tokens - 1), per request with at least 2 tokens (vLLM's definition:
+          the mean gap of one request, so every request weighs the same).
+- ITL   = every gap between two consecutive tokens of a request, pooled over all requests.
+- output tok/s = output tokens of completed requests / level duration, where the duration runs from the
+          first send to the last end of the level.
+- total tok/s = (prompt + output tokens of completed requests) / level duration.
+- req/s = completed requests / level duration.
+- ratio = vLLM output tok/s / HF output tok/s at the same user level.
+Percentiles use linear interpolation between closest ranks (numpy's default).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+from lab.load.driver import OK, CANCELLED, RequestRecord
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Mean and percentiles of one latency, in seconds (None when there is no data)."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def distribution(values: Iterable[float]) -> Distribution:
+    """Mean, p50, p90 and p99 of the values."""
+    data = list(values)
+    if not data:
+        return Distribution(None, None, None, None)
+    return Distribution(sum(data) / len(data), percentile(data, 50), percentile(data, 90),
+                        percentile(data, 99))
+
+
+def ttft_s(record: RequestRecord) -> float | None:
+    """Time to first token."""
+    return None if record.first_token_s is None else record.first_token_s - record.send_s
+
+
+def e2e_s(record: RequestRecord) -> float | None:
+    """End-to-end latency: send to last token."""
+    return None if record.end_s is None else record.end_s - record.send_s
+
+
+def tpot_s(record: RequestRecord) -> float | None:
+    """Time per output token after the first: (E2E - TTFT) / (tokens - 1)."""
+    if record.output_tokens < 2:
+        return None
+    return (record.token_times_s[-1] - record.token_times_s[0]) / (record.output_tokens - 1)
+
+
+def itls_s(record: RequestRecord) -> list[float]:
+    """Inter-token latencies: the gaps between consecutive tokens."""
+    times = record.token_times_s
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def level_window_s(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
+    """(first send, last end) of a level's records."""
+    if not records:
+        return None
+    start = min(r.send_s for r in records)
+    end = max((r.end_s for r in records if r.end_s is not None), default=start)
+    return start, end
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """The figures of one engine at one user level."""
+
+    engine: str
+    users: int
+    requests: int
+    completed: int
+    errors: int
+    cancelled: int
+    duration_s: float
+    input_tokens: int
+    output_tokens: int
+    output_tok_s: float
+    total_tok_s: float
+    req_s: float
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(records: Sequence[RequestRecord], engine: str, users: int) -> LevelSummary:
+    """Summarize one level's records with the definitions of this module.
+
+    Args:
+        records: Every record of the level (completed, errored and cancelled).
+        engine: Engine name.
+        users: User level.
+
+    Returns:
+        The level's summary; throughput counts completed requests only.
+    """
+    done = [r for r in records if r.status == OK]
+    window = level_window_s(records)
+    duration = (window[1] - window[0]) if window else 0.0
+    out_tokens = sum(r.output_tokens for r in done)
+    in_tokens = sum(r.prompt_tokens for r in done)
+
+    def per_s(count: float) -> float:
+        return count / duration if duration > 0 else 0.0
+
+    return LevelSummary(
+        engine=engine, users=users, requests=len(records), completed=len(done),
+        errors=sum(1 for r in records if r.status not in (OK, CANCELLED)),
+        cancelled=sum(1 for r in records if r.status == CANCELLED),
+        duration_s=duration, input_tokens=in_tokens, output_tokens=out_tokens,
+        output_tok_s=per_s(out_tokens), total_tok_s=per_s(in_tokens + out_tokens),
+        req_s=per_s(len(done)),
+        ttft_s=distribution(v for r in done if (v := ttft_s(r)) is not None),
+        tpot_s=distribution(v for r in done if (v := tpot_s(r)) is not None),
+        itl_s=distribution(g for r in done for g in itls_s(r)),
+        e2e_s=distribution(v for r in done if (v := e2e_s(r)) is not None),
+    )
+
+
+def improvement_ratio(vllm_tok_s: float | None, hf_tok_s: float | None) -> float | None:
+    """vLLM output tok/s over HF output tok/s (None when either is missing or HF made nothing)."""
+    if not vllm_tok_s or not hf_tok_s:
+        return None
+    return vllm_tok_s / hf_tok_s
+
+
+def ratios_by_users(summaries: Iterable[LevelSummary]) -> dict[int, float]:
+    """The improvement ratio at every user level where both engines have a summary."""
+    by_key = {(s.engine, s.users): s.output_tok_s for s in summaries}
+    levels = sorted({users for _, users in by_key})
+    result = {}
+    for users in levels:
+        ratio = improvement_ratio(by_key.get(("vllm", users)), by_key.get(("hf", users)))
+        if ratio is not None:
+            result[users] = ratio
+    return result
+
+
+def throughput_series(records: Sequence[RequestRecord], bucket_s: float = 1.0,
+                      origin_s: float | None = None) -> list[tuple[float, float]]:
+    """Output tok/s over time: tokens arrived in each bucket / bucket length.
+
+    Args:
+        records: Records whose token arrival times are counted (any status).
+        bucket_s: Bucket length in seconds.
+        origin_s: Time zero; defaults to the first send.
+
+    Returns:
+        (bucket start relative to origin, tok/s) pairs, empty buckets included.
+    """
+    times = [t for r in records for t in r.token_times_s]
+    if not times:
+        return []
+    origin = origin_s if origin_s is not None else min(r.send_s for r in records)
+    last = max(times)
+    count = int((last - origin) // bucket_s) + 1
+    buckets = [0] * count
+    for t in times:
+        index = int((t - origin) // bucket_s)
+        if 0 <= index < count:
+            buckets[index] += 1
+    return [(i * bucket_s, n / bucket_s) for i, n in enumerate(buckets)]

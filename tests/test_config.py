@@ -1,0 +1,94 @@
+"""Bad input is rejected before anything loads, with the reason."""
+
+import pytest
+
+from lab.__main__ import main
+from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.environment import GIB, DeviceInfo
+from lab.memory import plan_memory
+from lab.model import resolve_model
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "at least one"), ("0", ">= 1"), ("1,-5", ">= 1"), ("two", "not a whole number"),
+])
+def test_bad_user_lists(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_users(text)
+
+
+def test_users_parse():
+    assert parse_users("1, 5 10,20") == (1, 5, 10, 20)
+
+
+def test_load_config_rejects_bad_values():
+    with pytest.raises(ValueError, match=">= 1"):
+        LoadConfig(users=(0,))
+    with pytest.raises(ValueError, match="unknown workload"):
+        LoadConfig(workload="chat")
+    with pytest.raises(ValueError, match="exactly one"):
+        LoadConfig(requests_per_user=None, duration_s=None)
+    with pytest.raises(ValueError, match="output_len"):
+        LoadConfig(output_len=0)
+
+
+def test_unknown_engine():
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        RunPlan(engines=("hf", "tgi"))
+
+
+def test_missing_model_path():
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_model("/no/such/model")
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_model("./relative/missing")
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_engine_config_rejects_impossible_fraction_and_block_size():
+    with pytest.raises(ValueError, match="fraction of total"):
+        EngineConfig(gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        EngineConfig(device="cpu", block_size=16).check_block_size()
+
+
+def gpu(total_gib=80, free_gib=80):
+    return DeviceInfo("cuda", "H100", int(total_gib * GIB), int(free_gib * GIB), 16, "test")
+
+
+def test_memory_plan_fraction_is_of_total_not_free():
+    # the seeds' shared-card gotcha: 0.85 of 90 GB when only 64 GB are free
+    with pytest.raises(ValueError, match="TOTAL.*only 64.00 GiB.*<= 0.7"):
+        plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.85), gpu(90, 64), ("vllm",),
+                    16 * GIB, 131072)
+    plan = plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.5), gpu(), ("hf", "vllm"),
+                       16 * GIB, 131072)
+    assert plan.vllm_bytes == 40 * GIB and plan.hf_bytes == 16 * GIB
+
+
+def test_memory_plan_leaves_room_for_hf():
+    with pytest.raises(ValueError, match="HF model needs"):
+        plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.95), gpu(), ("hf", "vllm"),
+                    16 * GIB, 131072)
+    with pytest.raises(ValueError, match="does not even hold"):
+        plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.1), gpu(), ("vllm",), 16 * GIB, None)
+
+
+def test_memory_plan_on_cpu_checks_ram():
+    cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
+    with pytest.raises(ValueError, match="lower kv_cache_gib"):
+        plan_memory(EngineConfig(device="cpu", kv_cache_gib=64), cpu, ("hf", "vllm"), GIB // 4, 1000)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--users", "0"], ">= 1"),
+    (["bench", "--users", ""], "at least one"),
+    (["bench", "--engines", "hf,tgi"], "unknown engine"),
+    (["bench", "--workload", "chat"], "unknown workload"),
+    (["bench", "--model", "/no/such/dir"], "does not exist"),
+    (["bench", "--device", "cpu", "--kv-cache-gib", "4096"], "lower kv_cache_gib"),
+    (["bench", "--device", "cpu", "--block-size", "16"], "multiple of 32"),
+])
+def test_cli_rejects_bad_input_before_loading(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,84 @@
+"""Metrics checked with exact numbers on hand-made records."""
+
+import pytest
+
+from lab.engines.base import EngineSample
+from lab.load.driver import ERROR, OK, RequestRecord
+from lab.metrics import (
+    distribution, e2e_s, improvement_ratio, itls_s, percentile, ratios_by_users, summarize,
+    throughput_series, tpot_s, ttft_s,
+)
+from lab.metrics.kv import kv_summary
+
+
+def record(send, tokens, prompt=10, status=OK, engine="vllm", users=1):
+    return RequestRecord(engine=engine, users=users, user_id=0, request_id="r", send_s=send,
+                         prompt_tokens=prompt, max_tokens=len(tokens), first_token_s=tokens[0] if tokens else None,
+                         end_s=tokens[-1] if tokens else send + 1, token_times_s=list(tokens), status=status)
+
+
+def test_per_request_latencies():
+    r = record(10.0, [10.5, 10.7, 10.9, 11.5])
+    assert ttft_s(r) == pytest.approx(0.5)
+    assert e2e_s(r) == pytest.approx(1.5)
+    assert tpot_s(r) == pytest.approx((11.5 - 10.5) / 3)
+    assert itls_s(r) == pytest.approx([0.2, 0.2, 0.6])
+
+
+def test_tpot_needs_two_tokens():
+    assert tpot_s(record(0.0, [1.0])) is None
+
+
+def test_percentile_interpolates_linearly():
+    values = [1, 2, 3, 4]
+    assert percentile(values, 50) == pytest.approx(2.5)
+    assert percentile(values, 90) == pytest.approx(3.7)
+    assert percentile(values, 0) == 1 and percentile(values, 100) == 4
+    assert percentile([], 50) is None
+    d = distribution([4, 1, 3, 2])
+    assert (d.mean, d.p50, d.p99) == pytest.approx((2.5, 2.5, 3.97))
+
+
+def test_summary_counts_completed_requests_over_the_level_window():
+    records = [
+        record(0.0, [1.0, 2.0, 3.0], prompt=10),          # 3 tokens
+        record(1.0, [2.0, 4.0], prompt=20),               # 2 tokens, ends last at 4.0
+        record(0.5, [1.5], prompt=5, status=ERROR),       # errored: not counted in throughput
+    ]
+    s = summarize(records, "vllm", 3)
+    assert s.requests == 3 and s.completed == 2 and s.errors == 1
+    assert s.duration_s == pytest.approx(4.0)
+    assert s.output_tokens == 5 and s.input_tokens == 30
+    assert s.output_tok_s == pytest.approx(5 / 4)
+    assert s.total_tok_s == pytest.approx(35 / 4)
+    assert s.req_s == pytest.approx(0.5)
+    assert s.ttft_s.mean == pytest.approx((1.0 + 1.0) / 2)
+    assert s.e2e_s.p50 == pytest.approx(3.0)
+    assert s.itl_s.mean == pytest.approx((1.0 + 1.0 + 2.0) / 3)
+
+
+def test_ratio_per_user_level():
+    hf = summarize([record(0.0, [1.0, 2.0], engine="hf")], "hf", 1)
+    vllm = summarize([record(0.0, [0.5, 1.0], engine="vllm")], "vllm", 1)
+    assert hf.output_tok_s == pytest.approx(1.0) and vllm.output_tok_s == pytest.approx(2.0)
+    assert ratios_by_users([hf, vllm]) == {1: pytest.approx(2.0)}
+    assert improvement_ratio(5.0, 0.0) is None
+
+
+def test_throughput_series_buckets_tokens_per_second():
+    records = [record(0.0, [0.1, 0.2, 1.5]), record(0.0, [2.5])]
+    assert throughput_series(records, bucket_s=1.0) == [(0.0, 2.0), (1.0, 1.0), (2.0, 1.0)]
+
+
+def test_kv_summary_mirrors_vllm_usage_and_hf_waste():
+    vllm = [EngineSample("vllm", 0, 1, 0, kv_usage=0.25, kv_total_blocks=100, preemptions_total=1,
+                         prefix_queries_total=10, prefix_hits_total=2),
+            EngineSample("vllm", 1, 2, 0, kv_usage=0.5, kv_total_blocks=100, preemptions_total=3,
+                         prefix_queries_total=30, prefix_hits_total=12)]
+    kv = kv_summary(vllm, num_blocks=100, block_size=128)
+    assert kv["peak_usage"] == 0.5 and kv["peak_used_blocks"] == 50
+    assert (kv["preemptions"], kv["prefix_cache_queries"], kv["prefix_cache_hits"]) == (2, 20, 10)
+    hf = [EngineSample("hf", 0, 2, 0, kv_reserved_bytes=1000, kv_real_bytes=600),
+          EngineSample("hf", 1, 2, 0, kv_reserved_bytes=2000, kv_real_bytes=900)]
+    kv = kv_summary(hf)
+    assert kv["peak_reserved_bytes"] == 2000 and kv["waste_at_peak"] == pytest.approx(0.55)
