@@ -37,6 +37,9 @@ class EngineConfig:
         hf_threads: torch threads of the HF engine on CPU. None: cores - 1 (min 1), so the UI and the
             event loop are not starved on a 2-core machine.
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
+        load_format: "auto" loads the weights; "dummy" gives both engines random weights of the same
+            shape (speed and memory are measured faithfully, the text is noise) for a model folder
+            that holds only config and tokenizer files.
     """
 
     model: str | None = None
@@ -52,8 +55,11 @@ class EngineConfig:
     hf_cudnn_sdp: bool = False
     hf_threads: int | None = None
     enable_prefix_caching: bool = True
+    load_format: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.load_format not in ("auto", "dummy"):
+            raise ValueError(f"load_format must be auto or dummy, not {self.load_format!r}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be bfloat16, float16 or float32, not {self.dtype!r}")
         if self.max_model_len < 16:

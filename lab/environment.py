@@ -47,9 +47,24 @@ def read_gpu(index: int = 0) -> DeviceInfo | None:
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
         return DeviceInfo("cuda", name, int(mem.total), int(mem.free), os.cpu_count() or 1, "NVML",
-                          {"used_bytes": int(mem.used), "driver": driver, "index": index})
+                          {"used_bytes": int(mem.used), "driver": driver, "index": index,
+                           "processes": _gpu_processes(pynvml, handle)})
     finally:
         pynvml.nvmlShutdown()
+
+
+def _gpu_processes(pynvml, handle) -> list[dict]:
+    """GPU memory per process as NVML reports it; this process holds the HF model, its children vLLM."""
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:  # noqa: BLE001 - not every driver or sandbox allows it
+        return []
+    me = os.getpid()
+    rows = []
+    for proc in procs:
+        role = "this process (HF engine, vLLM client)" if proc.pid == me else "other process (vLLM engine core if ours)"
+        rows.append({"pid": proc.pid, "used_bytes": int(proc.usedGpuMemory or 0), "role": role})
+    return rows
 
 
 def read_cpu() -> DeviceInfo:

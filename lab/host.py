@@ -1,0 +1,193 @@
+"""The engine host behind the dashboard: one event loop thread, one session, one run at a time.
+
+Engines are bound to the event loop they were started on (vLLM's output handler, the HF worker's
+call-backs), so the host keeps a single loop alive in a thread and submits everything to it. Browsers
+only read snapshots: the load status, the current (or last) RunResult, and a version number that
+changes whenever there is something new to draw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.config import EngineConfig, RunPlan
+from lab.environment import process_rss_bytes, read_device, versions
+from lab.runs import RUNNING, RunResult
+from lab.session import LabSession, SessionCheck, check_session
+from lab.store import save_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadStatus:
+    """What is loading and how far it got."""
+
+    steps: list[str] = field(default_factory=list)
+    total_steps: int = 0
+    ready: bool = False
+    error: str = ""
+
+    def text(self) -> str:
+        if self.error:
+            return f"Loading failed: {self.error}"
+        if self.ready:
+            return "Engines ready."
+        done = max(0, len(self.steps) - 1)
+        current = self.steps[-1] if self.steps else "starting"
+        return f"Loading ({done}/{self.total_steps} steps done): {current}"
+
+
+class _Recorder:
+    """Observer that bumps the host's version and stores the run as each level and the run end."""
+
+    def __init__(self, host: "LabHost"):
+        self.host = host
+        self.saved_levels = 0
+
+    def on_start(self, result: RunResult) -> None:
+        self.host.bump()
+
+    def on_update(self, result: RunResult) -> None:
+        finished = sum(1 for lvl in result.levels if lvl.status != RUNNING)
+        if finished != self.saved_levels:
+            self.saved_levels = finished
+            self.host.save(result)
+        self.host.bump()
+
+    def on_complete(self, result: RunResult) -> None:
+        self.host.save(result)
+        self.host.bump()
+
+
+class LabHost:
+    """Holds the loaded engines for the app; thread-safe entry points for UI callbacks."""
+
+    def __init__(self, config: EngineConfig, engines: tuple[str, ...] = ("hf", "vllm"),
+                 db_path: str | Path | None = None):
+        from lab.store import default_db_path
+
+        self.config = config
+        self.engine_names = engines
+        self.db_path = Path(db_path) if db_path else default_db_path()
+        self.check: SessionCheck = check_session(config, engines)  # bad config fails here, before loading
+        self.status = LoadStatus(total_steps=1 + len(engines))
+        self.session: LabSession | None = None
+        self.result: RunResult | None = None
+        self.version = 0
+        self._lock = threading.Lock()
+        self._task: asyncio.Task | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lab-host", daemon=True)
+        self._thread.start()
+
+    # -- loading ------------------------------------------------------------------------------
+    def start_loading(self) -> Future:
+        """Start the engines in the background; progress goes to ``status``."""
+        return asyncio.run_coroutine_threadsafe(self._load(), self._loop)
+
+    async def _load(self) -> None:
+        def say(text: str) -> None:
+            self.status.steps.append(text)
+            self.bump()
+
+        try:
+            session = LabSession(self.config, self.engine_names, self.check)
+            await session.start(say)
+            self.session = session
+            self.status.ready = True
+        except Exception as exc:  # noqa: BLE001 - shown in the page, the app keeps serving
+            log.exception("loading failed")
+            self.status.error = f"{type(exc).__name__}: {exc}"
+        self.bump()
+
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Block until the engines are loaded (or failed); True when ready."""
+        import time
+
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.status.ready and not self.status.error:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return self.status.ready
+
+    # -- runs ---------------------------------------------------------------------------------
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def submit(self, plan: RunPlan) -> tuple[bool, str]:
+        """Start a run unless one is going; returns (started, message)."""
+        with self._lock:
+            if not self.status.ready:
+                return False, self.status.text()
+            if self.running():
+                return False, "A run is already in progress (maybe from another browser): watching it live."
+            result = self.session.new_result(plan)
+            self.result = result
+            future = asyncio.run_coroutine_threadsafe(self._start_task(plan, result), self._loop)
+            future.result(timeout=10)
+        self.bump()
+        return True, f"Run {result.run_id} started."
+
+    async def _start_task(self, plan: RunPlan, result: RunResult) -> None:
+        self._task = asyncio.ensure_future(self.session.run(plan, [_Recorder(self)], result))
+
+    def cancel(self) -> str:
+        """Cancel the run in progress (it stops within about two seconds and keeps its data)."""
+        if not self.running():
+            return "No run in progress."
+        self._loop.call_soon_threadsafe(self._task.cancel)
+        return "Cancelling: the run stops within about two seconds and keeps what it measured."
+
+    def wait_run(self, timeout_s: float | None = None) -> RunResult | None:
+        """Block until the current run ends; returns it."""
+        import time
+
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self.running():
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return self.result
+
+    # -- snapshots ----------------------------------------------------------------------------
+    def bump(self) -> None:
+        self.version += 1
+
+    def save(self, result: RunResult) -> None:
+        try:
+            save_run(self.db_path, result)
+        except Exception:  # noqa: BLE001 - a full disk must not kill the run
+            log.exception("could not store run %s", result.run_id)
+
+    def environment(self) -> dict:
+        """Device, versions, model and both engines' args and memory, as shown on the Environment tab."""
+        info = self.session.info if self.session else {}
+        device = read_device(self.check.device)
+        return {
+            "device": device.to_dict(),
+            "versions": versions(),
+            "model": {"name": self.check.model, "path": self.check.model_path,
+                      "weights_bytes": self.check.memory.weights_bytes},
+            "memory_plan": self.check.memory.to_dict(),
+            "engines": {name: {"args": i.args, "attention": i.attention, "kv_total_blocks": i.kv_total_blocks,
+                               "kv_block_size": i.kv_block_size, "kv_bytes_per_token": i.kv_bytes_per_token,
+                               "memory_bytes": i.memory_bytes} for name, i in info.items()},
+            "process_rss_bytes": process_rss_bytes(),
+            "load_status": self.status.text(),
+        }
+
+    def close(self) -> None:
+        """Stop the engines and the loop thread."""
+        if self.running():
+            self.cancel()
+            self.wait_run(10)
+        if self.session is not None:
+            asyncio.run_coroutine_threadsafe(self.session.stop(), self._loop).result(timeout=60)
+        self._loop.call_soon_threadsafe(self._loop.stop)

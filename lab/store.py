@@ -1,0 +1,107 @@
+"""Past runs in SQLite: saved as they finish (partial ones too), listed, compared, exported.
+
+Every stored run keeps exactly the files the CLI writes (summary.json and requests.csv), so a run
+downloaded from the browser is the same as one written by ``python -m lab bench``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from lab.model import cache_dir
+from lab.runs import REQUEST_COLUMNS, RunResult, request_rows, summary_dict
+
+SCHEMA = """
+create table if not exists runs (
+    run_id text primary key,
+    started_at text not null,
+    status text not null,
+    model text not null,
+    device text not null,
+    workload text not null,
+    users text not null,
+    engines text not null,
+    summary_json text not null,
+    requests_csv text not null
+)
+"""
+
+
+def default_db_path() -> Path:
+    """$KVLAB_CACHE/results.sqlite."""
+    return cache_dir() / "results.sqlite"
+
+
+def connect(db_path: str | Path) -> sqlite3.Connection:
+    """Open (and create if needed) the results database."""
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db_path, timeout=10)
+    conn.execute(SCHEMA)
+    return conn
+
+
+def requests_csv_text(result: RunResult) -> str:
+    """requests.csv as text."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=REQUEST_COLUMNS)
+    writer.writeheader()
+    writer.writerows(request_rows(result))
+    return buffer.getvalue()
+
+
+def save_run(db_path: str | Path, result: RunResult) -> None:
+    """Insert or update a run (called as levels finish and when the run ends)."""
+    summary = summary_dict(result)
+    row = (
+        result.run_id, result.started_at, result.status, result.model,
+        result.device.get("name", result.device.get("kind", "?")), summary["workload"],
+        ",".join(str(u) for u in summary["users"]), ",".join(summary["engines"]),
+        json.dumps(summary, default=str), requests_csv_text(result),
+    )
+    with closing(connect(db_path)) as conn, conn:
+        conn.execute("insert or replace into runs values (?,?,?,?,?,?,?,?,?,?)", row)
+
+
+def list_runs(db_path: str | Path) -> list[dict]:
+    """Every stored run, newest first, as table rows (model, device, args, workload, tok/s, ratio)."""
+    with closing(connect(db_path)) as conn:
+        rows = conn.execute("select run_id, summary_json from runs order by started_at desc").fetchall()
+    table = []
+    for run_id, text in rows:
+        s = json.loads(text)
+        tok = {f"{r['engine']}@{r['users']}": round(r["output_tok_s"], 1) for r in s["runs"]}
+        table.append({
+            "run_id": run_id, "started_at": s["started_at"], "status": s["status"], "model": s["model"],
+            "device": s["device"].get("name", ""), "workload": s["workload"],
+            "users": ",".join(str(u) for u in s["users"]), "engines": ",".join(s["engines"]),
+            "output tok/s": json.dumps(tok), "ratio vLLM/HF": json.dumps({k: round(v, 2) for k, v in s["ratio"].items()}),
+            "engine args": json.dumps(s.get("engine_args", {}), default=str),
+        })
+    return table
+
+
+def load_summary(db_path: str | Path, run_id: str) -> dict:
+    """The stored summary.json of one run."""
+    with closing(connect(db_path)) as conn:
+        row = conn.execute("select summary_json from runs where run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise KeyError(f"no stored run {run_id!r}")
+    return json.loads(row[0])
+
+
+def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[str, Path]:
+    """Write one stored run's summary.json and requests.csv into out_dir."""
+    with closing(connect(db_path)) as conn:
+        row = conn.execute("select summary_json, requests_csv from runs where run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise KeyError(f"no stored run {run_id!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(json.loads(row[0]), indent=2))
+    (out / "requests.csv").write_text(row[1])
+    return {"summary": out / "summary.json", "requests": out / "requests.csv"}
