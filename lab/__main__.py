@@ -57,6 +57,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", type=int, default=None, help="vLLM KV block size in tokens")
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--hf-max-batch-size", type=int, default=32)
+    parser.add_argument("--enforce-eager", action="store_true", default=None,
+                        help="vLLM without CUDA graphs / compile (always on for CPU)")
     parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
                         help="dummy: random weights of the model's shape (config + tokenizer folder)")
     parser.add_argument("--hf-cudnn-sdp", action="store_true",
@@ -70,7 +72,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_gib=args.kv_cache_gib,
         block_size=args.block_size, max_num_seqs=args.max_num_seqs,
         hf_max_batch_size=args.hf_max_batch_size, hf_cudnn_sdp=args.hf_cudnn_sdp,
-        load_format=args.load_format,
+        load_format=args.load_format, enforce_eager=args.enforce_eager,
     )
 
 

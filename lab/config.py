@@ -37,6 +37,8 @@ class EngineConfig:
         hf_threads: torch threads of the HF engine on CPU. None: cores - 1 (min 1), so the UI and the
             event loop are not starved on a 2-core machine.
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
+        enforce_eager: vLLM without torch.compile / CUDA graphs. None: on for CPU (the compiled CPU path
+            gave wrong text), off on CUDA (graphs are part of vLLM's GPU speed; start-up takes longer).
         load_format: "auto" loads the weights; "dummy" gives both engines random weights of the same
             shape (speed and memory are measured faithfully, the text is noise) for a model folder
             that holds only config and tokenizer files.
@@ -56,6 +58,7 @@ class EngineConfig:
     hf_threads: int | None = None
     enable_prefix_caching: bool = True
     load_format: str = "auto"
+    enforce_eager: bool | None = None
 
     def __post_init__(self) -> None:
         if self.load_format not in ("auto", "dummy"):

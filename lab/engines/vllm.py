@@ -51,7 +51,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         max_num_seqs=config.max_num_seqs,
         enable_prefix_caching=config.enable_prefix_caching,
         disable_log_stats=False,
-        enforce_eager=device == "cpu",  # the compiled CPU path gave wrong text
+        enforce_eager=device == "cpu" if config.enforce_eager is None else config.enforce_eager,
         gpu_memory_utilization=config.gpu_memory_utilization,
         load_format=config.load_format,
     )
