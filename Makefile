@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` (set up + start the app), `make test` (set up + tests).
-.PHONY: setup setup-dev demo test bench
+.PHONY: setup setup-dev demo test
 
 setup:
 	bash scripts/setup.sh
@@ -12,6 +12,3 @@ demo: setup
 
 test: setup-dev
 	.venv/bin/python -m pytest -v
-
-bench: setup
-	.venv/bin/python bench/run_all.py

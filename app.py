@@ -30,6 +30,7 @@ def ensure_embedded_package() -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """app.py's options: where to serve, which engines, and the CLI's engine options."""
     parser = argparse.ArgumentParser(description="KV Lab dashboard")
     on_space = bool(os.environ.get("SPACE_ID"))
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0" if on_space else "127.0.0.1"))
@@ -44,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Check the config, start loading the engines, serve the page; returns the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     if args.model is None:

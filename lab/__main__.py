@@ -22,6 +22,7 @@ log = logging.getLogger("lab")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser: bench, setup-model and env."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
@@ -140,7 +141,7 @@ def format_table(result) -> str:
 
 
 async def bench(plan: RunPlan, out: str) -> int:
-    """Load the engines, run the plan, print the table and write the files."""
+    """Load the engines, run the plan, print the table and write the files (also after a failure)."""
     from lab.runs import write_run
     from lab.session import LabSession
 
@@ -150,6 +151,9 @@ async def bench(plan: RunPlan, out: str) -> int:
         await session.start()
         result = session.new_result(plan)
         await session.run(plan, [ConsoleProgress()], result)
+    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
+        log.exception("bench failed")
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
         if result is not None:
             paths = write_run(result, out)
@@ -157,10 +161,11 @@ async def bench(plan: RunPlan, out: str) -> int:
             print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
             print(f"wrote {paths['summary']} and {paths['requests']}")
         await session.stop()
-    return 0 if result.status == "ok" else 1
+    return 0 if result is not None and result.status == "ok" else 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 failed or cancelled, 2 bad input)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "setup-model":

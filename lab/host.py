@@ -34,6 +34,7 @@ class LoadStatus:
     error: str = ""
 
     def text(self) -> str:
+        """One line for the page."""
         if self.error:
             return f"Loading failed: {self.error}"
         if self.ready:
@@ -119,6 +120,7 @@ class LabHost:
 
     # -- runs ---------------------------------------------------------------------------------
     def running(self) -> bool:
+        """Whether a run is in progress."""
         return self._task is not None and not self._task.done()
 
     def submit(self, plan: RunPlan) -> tuple[bool, str]:
@@ -158,9 +160,11 @@ class LabHost:
 
     # -- snapshots ----------------------------------------------------------------------------
     def bump(self) -> None:
+        """Tell watchers there is something new to draw."""
         self.version += 1
 
     def save(self, result: RunResult) -> None:
+        """Store the run (partial or final) in the results database."""
         try:
             save_run(self.db_path, result)
         except Exception:  # noqa: BLE001 - a full disk must not kill the run

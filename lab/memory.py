@@ -55,6 +55,7 @@ def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
 
 
 def gib(n: float) -> str:
+    """Bytes as 'x.xx GiB'."""
     return f"{n / GIB:.2f} GiB"
 
 

@@ -76,12 +76,15 @@ class RunResult:
     message: str = "starting"
 
     def summaries(self) -> list[LevelSummary]:
+        """Summaries of the finished levels."""
         return [lvl.summary for lvl in self.levels if lvl.summary is not None]
 
     def ratio(self) -> dict[int, float]:
+        """vLLM/HF output tok/s per user level measured so far."""
         return ratios_by_users(self.summaries())
 
     def current(self) -> LevelResult | None:
+        """The level running now, if any."""
         return self.levels[-1] if self.levels and self.levels[-1].status == RUNNING else None
 
 

@@ -84,15 +84,27 @@ def wait_text(page, selector, text, timeout_s):
         arg=[selector, text], timeout=timeout_s * 1000)
 
 
-def test_browser_run_draws_both_engines(served, browser, tmp_path):
-    host, url = served
-    page = browser.new_page(viewport={"width": 1400, "height": 2300})
+def open_ready(browser, url, **options):
+    """A new page on the app, once it says the engines are ready."""
+    page = browser.new_page(**options)
     page.goto(url)
     wait_text(page, "#load-status", "Engines ready", 60)
-    page.fill("#users textarea", "1,5")
-    page.fill("#output-len input", "12")
-    page.fill("#amount input", "1")
+    return page
+
+
+def submit(page, users, output_len, amount=None):
+    """Fill the load-test form and press Run."""
+    page.fill("#users textarea", users)
+    page.fill("#output-len input", str(output_len))
+    if amount is not None:
+        page.fill("#amount input", str(amount))
     page.click("#run")
+
+
+def test_browser_run_draws_both_engines(served, browser, tmp_path):
+    host, url = served
+    page = open_ready(browser, url, viewport={"width": 1400, "height": 2300})
+    submit(page, "1,5", 12, 1)
     wait_text(page, "#message", "started", 30)
     run_id = page.inner_text("#message").split()[1]
     wait_text(page, "#progress", f"Run {run_id} done (", 300)
@@ -121,12 +133,8 @@ def test_browser_run_draws_both_engines(served, browser, tmp_path):
 ])
 def test_bad_input_shows_a_message_and_the_app_keeps_serving(served, browser, users, output_len, expected):
     host, url = served
-    page = browser.new_page()
-    page.goto(url)
-    wait_text(page, "#load-status", "Engines ready", 60)
-    page.fill("#users textarea", users)
-    page.fill("#output-len input", str(output_len))
-    page.click("#run")
+    page = open_ready(browser, url)
+    submit(page, users, output_len)
     wait_text(page, "#message", expected, 20)
     assert "Input error" in page.inner_text("#message")
     assert not host.running()
@@ -136,14 +144,8 @@ def test_bad_input_shows_a_message_and_the_app_keeps_serving(served, browser, us
 
 def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser):
     host, url = served
-    first, second = browser.new_page(), browser.new_page()
-    for page in (first, second):
-        page.goto(url)
-        wait_text(page, "#load-status", "Engines ready", 60)
-    first.fill("#users textarea", "4")
-    first.fill("#output-len input", "64")
-    first.fill("#amount input", "5")
-    first.click("#run")
+    first, second = open_ready(browser, url), open_ready(browser, url)
+    submit(first, "4", 64, 5)
     wait_text(first, "#message", "started", 30)
     wait_text(second, "#progress", "Running", 30)
     second.click("#run")

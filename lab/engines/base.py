@@ -7,6 +7,7 @@ hand over the stats samples taken since the last call, reset between runs, stop.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Protocol, runtime_checkable
 
@@ -66,6 +67,25 @@ class EngineSample:
     preemptions_total: int = 0
     prefix_queries_total: int = 0
     prefix_hits_total: int = 0
+
+
+class SampleBuffer:
+    """Samples appended by an engine's thread or callback, drained by the driver's thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._samples: list[EngineSample] = []
+
+    def add(self, sample: EngineSample) -> None:
+        """Keep one sample."""
+        with self._lock:
+            self._samples.append(sample)
+
+    def drain(self) -> list[EngineSample]:
+        """Everything kept since the last drain."""
+        with self._lock:
+            taken, self._samples = self._samples, []
+        return taken
 
 
 @dataclass

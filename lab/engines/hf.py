@@ -26,6 +26,7 @@ from lab.engines.base import (
     EngineSample,
     GenRequest,
     RequestRejected,
+    SampleBuffer,
     TokenChunk,
     check_fits,
     kv_bytes_per_token,
@@ -69,8 +70,7 @@ class HFEngine:
         self.config = config
         self.model_path = model_path
         self._pending: queue.Queue = queue.Queue()
-        self._samples: list[EngineSample] = []
-        self._lock = threading.Lock()
+        self._samples = SampleBuffer()
         self._abort_epoch = 0  # abort_all() bumps it: batches started before then stop
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -184,9 +184,7 @@ class HFEngine:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def drain_samples(self) -> list[EngineSample]:
-        with self._lock:
-            taken, self._samples = self._samples, []
-        return taken
+        return self._samples.drain()
 
     # -- the worker thread --------------------------------------------------------------------
     def _push(self, slot: _Slot, item) -> None:
@@ -287,8 +285,7 @@ class HFEngine:
             engine=self.name, time_s=time.perf_counter(), running=running,
             waiting=self._pending.qsize(), kv_reserved_bytes=reserved, kv_real_bytes=real,
         )
-        with self._lock:
-            self._samples.append(sample)
+        self._samples.add(sample)
 
 
 class _StepObserver:

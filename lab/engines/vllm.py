@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import logging
 import os
-import threading
 import time
 
 from lab.config import EngineConfig
@@ -21,6 +20,7 @@ from lab.engines.base import (
     EngineSample,
     GenRequest,
     RequestRejected,
+    SampleBuffer,
     TokenChunk,
     check_fits,
     kv_bytes_per_token,
@@ -72,8 +72,7 @@ class VLLMEngine:
         self.config = config
         self.model_path = model_path
         self._engine = None
-        self._samples: list[EngineSample] = []
-        self._lock = threading.Lock()
+        self._samples = SampleBuffer()
         self._ids = itertools.count()
         self._totals = {"preemptions": 0, "queries": 0, "hits": 0}
         self.info: EngineInfo | None = None
@@ -163,9 +162,7 @@ class VLLMEngine:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def drain_samples(self) -> list[EngineSample]:
-        with self._lock:
-            taken, self._samples = self._samples, []
-        return taken
+        return self._samples.drain()
 
     def record(self, scheduler_stats, iteration_stats) -> None:
         """Called by the stat logger at every engine step."""
@@ -187,8 +184,7 @@ class VLLMEngine:
             preemptions_total=self._totals["preemptions"],
             prefix_queries_total=self._totals["queries"], prefix_hits_total=self._totals["hits"],
         )
-        with self._lock:
-            self._samples.append(sample)
+        self._samples.add(sample)
 
 
 def _load_tokenizer(model_path: str):
