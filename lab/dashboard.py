@@ -109,7 +109,7 @@ def environment_markdown(env: dict) -> str:
         f"**Device:** {device['name']} ({device['kind']}), {device['total_bytes'] / GIB:.1f} GiB total, "
         f"{device['free_bytes'] / GIB:.1f} GiB free (read via {device['source']}), {device['cores']} CPU cores",
         f"**Model:** {env['model']['name']} — {(env['model']['weights_bytes'] or 0) / 2**20:.0f} MiB of weights "
-        f"at `{env['model']['path']}`",
+        f"at `{env['model']['location']}`",
         "**Versions:** " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
     ]
     for name, engine in env["engines"].items():

@@ -177,7 +177,7 @@ class LabHost:
         return {
             "device": device.to_dict(),
             "versions": versions(),
-            "model": {"name": self.check.model, "path": self.check.model_path,
+            "model": {"name": self.check.model, "location": self.check.model_path,
                       "weights_bytes": self.check.memory.weights_bytes},
             "memory_plan": self.check.memory.to_dict(),
             "engines": {name: {"args": i.args, "attention": i.attention, "kv_total_blocks": i.kv_total_blocks,
