@@ -12,6 +12,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -58,6 +59,8 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM (a Space restarting, `kill`, a test harness) must still stop vLLM's engine processes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host.start_loading()
     app = build_app(host)
     try:
