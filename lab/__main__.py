@@ -140,12 +140,12 @@ def format_table(result) -> str:
     return "\n".join(lines)
 
 
-async def bench(plan: RunPlan, out: str) -> int:
+async def bench(plan: RunPlan, out: str, check=None) -> int:
     """Load the engines, run the plan, print the table and write the files (also after a failure)."""
     from lab.runs import write_run
     from lab.session import LabSession
 
-    session = LabSession(plan.engine, plan.engines)
+    session = LabSession(plan.engine, plan.engines, check)
     result = None
     try:
         await session.start()
@@ -188,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_from(args)
         from lab.session import check_session
 
-        check_session(plan.engine, plan.engines)  # bad input is rejected before anything loads
+        check = check_session(plan.engine, plan.engines)  # bad input is rejected before anything loads
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(bench(plan, args.out))
+    return asyncio.run(bench(plan, args.out, check))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,16 @@ class LoadStatus:
         done = max(0, len(self.steps) - 1)
         current = self.steps[-1] if self.steps else "starting"
         return f"Loading ({done}/{self.total_steps} steps done): {current}"
+
+
+def _poll_until(done, timeout_s: float | None, every_s: float = 0.2) -> bool:
+    """Wait until done() is true or timeout_s passes; returns done()."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not done():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 class _Recorder:
@@ -109,13 +120,7 @@ class LabHost:
 
     def wait_ready(self, timeout_s: float | None = None) -> bool:
         """Block until the engines are loaded (or failed); True when ready."""
-        import time
-
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while not self.status.ready and not self.status.error:
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(0.2)
+        _poll_until(lambda: self.status.ready or bool(self.status.error), timeout_s)
         return self.status.ready
 
     # -- runs ---------------------------------------------------------------------------------
@@ -148,14 +153,8 @@ class LabHost:
         return "Cancelling: the run stops within about two seconds and keeps what it measured."
 
     def wait_run(self, timeout_s: float | None = None) -> RunResult | None:
-        """Block until the current run ends; returns it."""
-        import time
-
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self.running():
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        """Block until the current run ends (or the timeout passes); returns it."""
+        _poll_until(lambda: not self.running(), timeout_s)
         return self.result
 
     # -- snapshots ----------------------------------------------------------------------------

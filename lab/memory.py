@@ -16,7 +16,6 @@ from lab.engines.base import kv_bytes_per_token
 from lab.environment import GIB, DeviceInfo
 
 SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
@@ -43,15 +42,10 @@ def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
     config_file = Path(model_path) / "config.json"
     if not config_file.is_file():
         return None
-    cfg = json.loads(config_file.read_text())
-    cfg = cfg.get("text_config", cfg)
-    heads = cfg.get("num_attention_heads")
-    layers = cfg.get("num_hidden_layers")
-    if not heads or not layers:
+    try:
+        return kv_bytes_per_token(json.loads(config_file.read_text()), dtype)
+    except (TypeError, KeyError):  # a config without the usual attention fields
         return None
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    return kv_bytes_per_token(layers, cfg.get("num_key_value_heads") or heads, head_dim,
-                              DTYPE_BYTES[dtype])
 
 
 def gib(n: float) -> str:

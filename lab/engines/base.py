@@ -156,6 +156,29 @@ def check_fits(request: GenRequest, max_model_len: int) -> str | None:
     return None
 
 
-def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """Bytes of K and V one token occupies across all layers: 2 x layers x kv_heads x head_dim x dtype."""
-    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def kv_bytes_per_token(model_config, dtype: str) -> int:
+    """Bytes of K and V one token occupies across all layers: 2 x layers x kv_heads x head_dim x dtype.
+
+    Args:
+        model_config: An HF model config (object or config.json dict; a multimodal one's text_config
+            is used).
+        dtype: 'bfloat16', 'float16' or 'float32'.
+
+    Returns:
+        Bytes per token of KV cache.
+    """
+    def get(name):
+        if isinstance(model_config, dict):
+            return model_config.get(name)
+        return getattr(model_config, name, None)
+
+    text = get("text_config")
+    if text is not None:
+        return kv_bytes_per_token(text, dtype)
+    heads = get("num_attention_heads")
+    head_dim = get("head_dim") or get("hidden_size") // heads
+    kv_heads = get("num_key_value_heads") or heads
+    return 2 * get("num_hidden_layers") * kv_heads * head_dim * DTYPE_BYTES[dtype]

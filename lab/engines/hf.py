@@ -112,12 +112,7 @@ class HFEngine:
         self.model = self.model.to(device)
         self.model.eval()
         self.device = device
-        cfg = self.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        per_token = kv_bytes_per_token(
-            cfg.num_hidden_layers, kv_heads, head_dim, self.model.dtype.itemsize
-        )
+        per_token = kv_bytes_per_token(self.model.config, self.config.dtype)
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.pad_id = self.tokenizer.pad_token_id

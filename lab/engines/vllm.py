@@ -91,15 +91,7 @@ class VLLMEngine:
             AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[factory]
         )
         cache = self._engine.vllm_config.cache_config
-        model_config = self._engine.vllm_config.model_config
-        hf = model_config.hf_config
-        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-        per_token = kv_bytes_per_token(
-            hf.num_hidden_layers,
-            getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads,
-            head_dim,
-            2 if config.dtype != "float32" else 4,
-        )
+        per_token = kv_bytes_per_token(self._engine.vllm_config.model_config.hf_config, config.dtype)
         self.tokenizer = await asyncio.to_thread(_load_tokenizer, self.model_path)
         args = {k: v for k, v in kwargs.items() if k != "model"}
         args["batching"] = "continuous (PagedAttention)"
