@@ -13,16 +13,16 @@ python=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  stack=requirements.txt
+  stack=requirements.txt; pins=()
 else
-  stack=requirements-cpu.txt
+  stack=requirements-cpu.txt; pins=(-c constraints-cpu.txt)  # the whole verified CPU environment
 fi
 files=("$stack")
 [ "$want" = dev ] && files+=(requirements-dev.txt)
-stamp=".venv/.kvlab-$(cat "${files[@]}" | sha1sum | cut -c1-16)"
+stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt | sha1sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing ${files[*]} into .venv (a few minutes the first time)"
-  for f in "${files[@]}"; do pip install -q -r "$f"; done
+  for f in "${files[@]}"; do pip install -q -r "$f" "${pins[@]}"; done
   if [ "$stack" = requirements-cpu.txt ]; then
     pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
