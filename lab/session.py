@@ -68,7 +68,10 @@ class LabSession:
         self.tokenizer = None
 
     async def start(self, on_status: Callable[[str], None] | None = None) -> None:
-        """Load the tokenizer and start every engine, reporting each step to ``on_status``."""
+        """Load the tokenizer and start every engine, reporting the start of each step to ``on_status``.
+
+        There are 1 + len(engines) steps; a step is done when the next one starts (or start returns).
+        """
         say = on_status or (lambda text: log.info("%s", text))
         from transformers import AutoTokenizer
 
@@ -80,7 +83,7 @@ class LabSession:
             engine = create_engine(name, self.config, self.check.model_path)
             self.info[name] = await engine.start()
             self.engines[name] = engine
-            say(f"engine {name} ready")
+            log.info("engine %s ready", name)
 
     def new_result(self, plan: RunPlan) -> RunResult:
         """An empty RunResult for ``plan``, stamped with model, device and versions."""

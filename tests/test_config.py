@@ -92,3 +92,15 @@ def test_memory_plan_on_cpu_checks_ram():
 def test_cli_rejects_bad_input_before_loading(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_load_status_counts_steps_done():
+    from lab.host import LoadStatus
+
+    status = LoadStatus(total_steps=3)
+    status.steps += ["loading tokenizer", "starting engine 1/2: vllm"]
+    assert status.text() == "Loading (1/3 steps done): starting engine 1/2: vllm"
+    status.steps.append("starting engine 2/2: hf")
+    assert status.text().startswith("Loading (2/3 steps done)")
+    status.ready = True
+    assert status.text() == "Engines ready."
