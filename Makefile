@@ -1,5 +1,5 @@
-# The two commands of the README: `make demo` (set up + start the app), `make test` (set up + tests).
-.PHONY: setup setup-dev demo test
+# The two commands of the README: `make demo` (set up + start the app), `make test` (set up, lint, tests).
+.PHONY: setup setup-dev demo lint test
 
 setup:
 	bash scripts/setup.sh
@@ -10,5 +10,8 @@ setup-dev:
 demo: setup
 	.venv/bin/python app.py $(ARGS)
 
-test: setup-dev
+lint: setup-dev
+	.venv/bin/ruff check .
+
+test: lint
 	.venv/bin/python -m pytest -v

@@ -50,7 +50,8 @@ def dashboard_run(args) -> dict:
                 except Exception:  # noqa: BLE001 - the server is still starting
                     time.sleep(0.5)
             page.wait_for_function(
-                "(() => { const e = document.querySelector('#load-status'); return e && e.innerText.includes('ready'); })()",
+                "(() => { const e = document.querySelector('#load-status'); "
+                "return e && e.innerText.includes('ready'); })()",
                 timeout=600_000)
             client = Client(url, verbose=False)
             summary = json.loads(client.predict("vllm", args.users, args.workload, args.output_len,

@@ -14,7 +14,6 @@ import logging
 import time
 
 from lab.config import EngineConfig, LoadConfig, RunPlan
-from lab.load.workloads import make_requests
 from lab.runs import level_requests
 from lab.session import LabSession
 

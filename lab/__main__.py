@@ -1,10 +1,16 @@
-"""The headless CLI: ``python -m lab bench ...`` measures; ``setup-model`` builds the default model.
+"""The headless CLI: ``bench`` measures, ``check`` compares the engines' text, ``env`` and ``setup-model``.
 
     python -m lab bench --engines hf,vllm --users 1,5,10,20 --workload mixed --out results/demo
 
 prints a progress bar and a table, and writes DIR/summary.json and DIR/requests.csv (also when the
 run fails or is interrupted: what was measured is kept). Exit codes: 0 ok, 1 failed or cancelled
 (files written), 2 bad input (nothing loaded).
+
+    python -m lab check [--json]
+
+loads both engines, decodes the agreement prompts greedily on each and prints how far they agree;
+exit 0 when they agree (or the check is skipped for dummy weights), 1 when not, 2 on bad input.
+vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 
 from lab.config import ENGINE_NAMES, EngineConfig, LoadConfig, RunPlan, parse_users
 from lab.load.workloads import WORKLOADS
+from lab.status import RunStatus
 
 log = logging.getLogger("lab")
 
@@ -40,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(bench)
     setup = sub.add_parser("setup-model", help="build the embedded SmolLM2 folder once and print its path")
     setup.add_argument("--verbose", action="store_true")
+    check = sub.add_parser("check", help="do HF and vLLM compute the same greedy text? (exit 1 if not)")
+    check.add_argument("--json", action="store_true", help="print the agreement as JSON")
+    check.add_argument("--engines", default=",".join(ENGINE_NAMES))
+    add_engine_args(check)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     env.add_argument("--engines", default=",".join(ENGINE_NAMES))
@@ -62,6 +74,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="vLLM without CUDA graphs / compile (always on for CPU)")
     parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
                         help="dummy: random weights of the model's shape (config + tokenizer folder)")
+    parser.add_argument("--cpu-attention", default="auto", choices=("auto", "amx", "vec"),
+                        help="vLLM's CPU attention kernel: auto = vec on AMX CPUs in bf16 (AMX gave wrong text)")
     parser.add_argument("--hf-cudnn-sdp", action="store_true",
                         help="keep PyTorch's cuDNN attention for HF (naive CUDA default; slower per shape)")
 
@@ -73,7 +87,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_gib=args.kv_cache_gib,
         block_size=args.block_size, max_num_seqs=args.max_num_seqs,
         hf_max_batch_size=args.hf_max_batch_size, hf_cudnn_sdp=args.hf_cudnn_sdp,
-        load_format=args.load_format, enforce_eager=args.enforce_eager,
+        load_format=args.load_format, enforce_eager=args.enforce_eager, cpu_attention=args.cpu_attention,
     )
 
 
@@ -121,7 +135,8 @@ class ConsoleProgress:
 
 def format_table(result) -> str:
     """The run as a plain-text table: one row per engine and level, then the ratios."""
-    head = f"{'engine':<6} {'users':>5} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} {'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}"
+    head = (f"{'engine':<6} {'users':>5} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
+            f"{'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}")
     lines = [head, "-" * len(head)]
     for level in result.levels:
         s = level.summary
@@ -140,6 +155,13 @@ def format_table(result) -> str:
     return "\n".join(lines)
 
 
+def print_agreement(session) -> None:
+    """The agreement verdicts, one line per engine pair (stderr: a warning belongs beside the logs)."""
+    if session.agreement is not None:
+        for line in session.agreement.verdicts():
+            print(line, file=sys.stderr)
+
+
 async def bench(plan: RunPlan, out: str, check=None) -> int:
     """Load the engines, run the plan, print the table and write the files (also after a failure)."""
     from lab.runs import write_run
@@ -149,9 +171,10 @@ async def bench(plan: RunPlan, out: str, check=None) -> int:
     result = None
     try:
         await session.start()
+        print_agreement(session)
         result = session.new_result(plan)
         await session.run(plan, [ConsoleProgress()], result)
-    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
+    except Exception as exc:
         log.exception("bench failed")
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
@@ -161,38 +184,81 @@ async def bench(plan: RunPlan, out: str, check=None) -> int:
             print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
             print(f"wrote {paths['summary']} and {paths['requests']}")
         await session.stop()
-    return 0 if result is not None and result.status == "ok" else 1
+    return 0 if result is not None and result.status == RunStatus.OK else 1
+
+
+async def agree(config: EngineConfig, engines: tuple[str, ...], check, as_json: bool) -> int:
+    """Load the engines (the session checks agreement as it starts), print the result, stop them."""
+    from lab.session import LabSession
+
+    session = LabSession(config, engines, check)
+    try:
+        await session.start()
+        report = session.agreement
+        print(json.dumps({"ok": report.ok, "pairs": report.to_dict()}, indent=2) if as_json
+              else "\n".join(report.verdicts()))
+        return 1 if report.ok is False else 0
+    finally:
+        await session.stop()
+
+
+def engines_from(args: argparse.Namespace) -> tuple[str, ...]:
+    """The --engines list as a tuple of names."""
+    return tuple(e.strip() for e in args.engines.split(",") if e.strip())
+
+
+def run_env(args: argparse.Namespace) -> int:
+    """Print the device, versions and memory plan as JSON."""
+    from lab.environment import versions
+    from lab.session import check_session
+
+    check = check_session(engine_config_from(args), engines_from(args))
+    print(json.dumps({"model": check.model, "model_path": check.model_path,
+                      "device": check.memory.device.to_dict(), "memory": check.memory.to_dict(),
+                      "versions": versions()}, indent=2))
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Check every rule first (exit 2), then compare the engines' greedy text."""
+    from lab.session import check_session
+
+    config, engines = engine_config_from(args), engines_from(args)
+    if len(engines) < 2:
+        raise ValueError(f"check compares two engines, got --engines {args.engines!r}: use e.g. hf,vllm")
+    check = check_session(config, engines)
+    return asyncio.run(agree(config, engines, check, args.json))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Check every rule first (exit 2), warn about a KV pool too small for the plan, then run it."""
+    from lab.memory import kv_fit_warning
+    from lab.session import check_session
+
+    plan = plan_from(args)
+    check = check_session(plan.engine, plan.engines)
+    warning = kv_fit_warning(plan, check.memory)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    return asyncio.run(bench(plan, args.out, check))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 failed or cancelled, 2 bad input)."""
+    """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "setup-model":
         from lab.model import build_embedded_model
 
         print(build_embedded_model())
         return 0
+    commands = {"env": run_env, "check": run_check, "bench": run_bench}
     try:
-        if args.command == "env":
-            from lab.environment import versions
-            from lab.session import check_session
-
-            config = engine_config_from(args)
-            engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-            check = check_session(config, engines)
-            print(json.dumps({"model": check.model, "model_path": check.model_path,
-                              "device": check.memory.device.to_dict(), "memory": check.memory.to_dict(),
-                              "versions": versions()}, indent=2))
-            return 0
-        plan = plan_from(args)
-        from lab.session import check_session
-
-        check = check_session(plan.engine, plan.engines)  # bad input is rejected before anything loads
-    except ValueError as exc:
+        return commands[args.command](args)
+    except ValueError as exc:  # a rule broken before anything loaded
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(bench(plan, args.out, check))
 
 
 if __name__ == "__main__":

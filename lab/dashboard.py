@@ -11,9 +11,14 @@ from typing import Any
 
 from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
 from lab.environment import GIB
-from lab.load.workloads import WORKLOADS
 from lab.plots import (
-    hf_kv_figure, latency_table, queue_figure, ratio_bars, throughput_figure, tok_s_bars, vllm_kv_figure,
+    hf_kv_figure,
+    latency_table,
+    queue_figure,
+    ratio_bars,
+    throughput_figure,
+    tok_s_bars,
+    vllm_kv_figure,
 )
 from lab.runs import RUNNING, RunResult, summary_dict
 
@@ -39,28 +44,16 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
     Raises:
         ValueError: with a message for the page.
     """
-    if not engines:
-        raise ValueError("Choose at least one engine (HF, vLLM).")
     users = parse_users(users_text or "")
-    out = int(output_len) if output_len else None
-    if out is not None and out < 0:
-        raise ValueError(f"Output length must be positive, not {out}.")
-    if workload not in WORKLOADS:
-        raise ValueError(f"Unknown workload {workload!r}.")
-    longest_prompt = WORKLOADS[workload].prompt_len[1] or 16
-    if out is not None and out + longest_prompt > config.max_model_len:
-        raise ValueError(
-            f"Output length {out} tokens plus the workload's longest prompt ({longest_prompt} tokens) "
-            f"does not fit max_model_len {config.max_model_len}: use at most {config.max_model_len - longest_prompt}."
-        )
-    if amount is None or amount <= 0:
-        raise ValueError(f"{bound.capitalize()} must be positive.")
+    out = int(output_len) if output_len else None  # 0 or empty: the workload's own lengths
+    if amount is None:
+        raise ValueError(f"{bound.capitalize()}: give a number.")
     load = LoadConfig(
         users=users, workload=workload, output_len=out,
         requests_per_user=int(amount) if bound == BOUND_REQUESTS else None,
         duration_s=float(amount) if bound == BOUND_SECONDS else None,
     )
-    return RunPlan(engines=tuple(engines), load=load, engine=config)
+    return RunPlan(engines=tuple(engines or ()), load=load, engine=config)
 
 
 def progress_text(result: RunResult | None) -> str:
@@ -124,8 +117,67 @@ def environment_markdown(env: dict) -> str:
     for proc in device.get("extra", {}).get("processes", []):
         lines.append(f"**GPU memory, pid {proc['pid']}** ({proc['role']}): {proc['used_bytes'] / GIB:.2f} GiB (NVML)")
     if env.get("process_rss_bytes"):
-        lines.append(f"**This process (HF model, UI, vLLM client):** {env['process_rss_bytes'] / 2**20:.0f} MiB resident")
+        rss_mib = env["process_rss_bytes"] / 2**20
+        lines.append(f"**This process (HF model, UI, vLLM client):** {rss_mib:.0f} MiB resident")
     for note in env["memory_plan"]["notes"]:
         lines.append(f"- {note}")
     lines.append(f"**Status:** {env['load_status']}")
+    lines.append("### Do the engines agree?\n\n" + agreement_markdown(env.get("agreement")))
     return "\n\n".join(lines)
+
+
+def agreement_markdown(agreement: dict | None) -> str:
+    """The start-up agreement check as text: the verdicts, then one table per compared engine pair.
+
+    Args:
+        agreement: ``LabHost.agreement()``: None until two engines have loaded, else ok, verdicts, pairs.
+    """
+    if agreement is None:
+        return "Not checked (yet): the check runs once two engines have loaded."
+    parts = [f"- {_escape(verdict)}" for verdict in agreement["verdicts"]]
+    parts += [_pair_table(pair) for pair in agreement["pairs"] if pair["prompts"]]
+    return "\n\n".join(parts)
+
+
+def agreement_warning(agreement: dict | None) -> str:
+    """One line for the top of the page when two engines compute different text; empty otherwise."""
+    if not agreement or agreement["ok"] is not False:
+        return ""
+    pairs = " and ".join(f"{p['other']} and {p['reference']}" for p in agreement["pairs"] if p["ok"] is False)
+    return (f"**Warning:** {pairs} compute different text from the same model, so their speeds compare "
+            "different computations: see the Environment tab.")
+
+
+def _pair_table(pair: dict) -> str:
+    """One pair's prompts as a markdown table, after a line saying what counts as agreeing."""
+    ref, other = pair["reference"], pair["other"]
+    intro = (f"**{other} against {ref}**, prompt by prompt (a divergence before token {pair['early_tokens']} "
+             "is marked *early*):")
+    head = f"| prompt | identical tokens | first divergence ({ref} vs {other}) | {ref} says | {other} says |"
+    rows = [_prompt_row(p) for p in pair["prompts"]]
+    return "\n".join([intro, "", head, "|---|---|---|---|---|", *rows])
+
+
+def _prompt_row(p: dict) -> str:
+    """One table row: the prompt, matched/total tokens, where and how they first differ, both answers."""
+    return (f"| {_escape(p['prompt'])} | {p['matched_tokens']}/{p['total_tokens']} | {_divergence(p)} "
+            f"| {_escape(p['reference_text'])} | {_escape(p['other_text'])} |")
+
+
+def _divergence(p: dict) -> str:
+    """'none', or the first differing position and both tokens (marked when it comes early)."""
+    if p["diverged_at"] is None:
+        return "none"
+    flag = "" if p["ok"] else " **(early)**"
+    return f"token {p['diverged_at']}: {_code(p['reference_token'])} vs {_code(p['other_token'])}{flag}"
+
+
+def _code(token: str) -> str:
+    """A token in a table cell, quoted so that spaces and newlines show."""
+    return "`" + repr(token).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _escape(text: str) -> str:
+    """Model text made safe for a markdown table cell: no line breaks, pipes or markup."""
+    text = text.replace("\\", "\\\\").replace("\n", " ↵ ").replace("`", "'")
+    return "".join(f"\\{c}" if c in "|*_[]<>#~" else c for c in text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -67,6 +68,24 @@ def _gpu_processes(pynvml, handle) -> list[dict]:
     return rows
 
 
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles for bf16 (Intel Sapphire Rapids and later)."""
+    return {"amx_tile", "amx_bf16"} <= cpu_flags()
+
+
 def read_cpu() -> DeviceInfo:
     """CPU model, cores and RAM from /proc."""
     name = platform.processor() or platform.machine()
@@ -86,7 +105,8 @@ def read_cpu() -> DeviceInfo:
         free = int(fields["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         pass
-    return DeviceInfo("cpu", name, total, free, os.cpu_count() or 1, "/proc/meminfo")
+    isa = [flag for flag in ("avx512_bf16", "amx_bf16") if flag in cpu_flags()]
+    return DeviceInfo("cpu", name, total, free, os.cpu_count() or 1, "/proc/meminfo", {"bf16_isa": isa})
 
 
 def read_device(kind: str) -> DeviceInfo:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lab.config import EngineConfig, RunPlan
 from lab.environment import process_rss_bytes, read_device, versions
+from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
 from lab.session import LabSession, SessionCheck, check_session
 from lab.store import save_run
@@ -58,7 +59,7 @@ def _poll_until(done, timeout_s: float | None, every_s: float = 0.2) -> bool:
 class _Recorder:
     """Observer that bumps the host's version and stores the run as each level and the run end."""
 
-    def __init__(self, host: "LabHost"):
+    def __init__(self, host: LabHost):
         self.host = host
         self.saved_levels = 0
 
@@ -88,7 +89,7 @@ class LabHost:
         self.engine_names = engines
         self.db_path = Path(db_path) if db_path else default_db_path()
         self.check: SessionCheck = check_session(config, engines)  # bad config fails here, before loading
-        self.status = LoadStatus(total_steps=1 + len(engines))
+        self.status = LoadStatus(total_steps=1 + len(engines) + (len(engines) > 1))  # + agreement check
         self.session: LabSession | None = None
         self.result: RunResult | None = None
         self.version = 0
@@ -113,7 +114,7 @@ class LabHost:
             await session.start(say)
             self.session = session
             self.status.ready = True
-        except Exception as exc:  # noqa: BLE001 - shown in the page, the app keeps serving
+        except Exception as exc:
             log.exception("loading failed")
             self.status.error = f"{type(exc).__name__}: {exc}"
         self.bump()
@@ -140,7 +141,8 @@ class LabHost:
             future = asyncio.run_coroutine_threadsafe(self._start_task(plan, result), self._loop)
             future.result(timeout=10)
         self.bump()
-        return True, f"Run {result.run_id} started."
+        warning = kv_fit_warning(plan, self.check.memory)
+        return True, f"Run {result.run_id} started." + (f" **Warning:** {warning}." if warning else "")
 
     async def _start_task(self, plan: RunPlan, result: RunResult) -> None:
         self._task = asyncio.ensure_future(self.session.run(plan, [_Recorder(self)], result))
@@ -166,7 +168,7 @@ class LabHost:
         """Store the run (partial or final) in the results database."""
         try:
             save_run(self.db_path, result)
-        except Exception:  # noqa: BLE001 - a full disk must not kill the run
+        except Exception:
             log.exception("could not store run %s", result.run_id)
 
     def environment(self) -> dict:
@@ -182,9 +184,17 @@ class LabHost:
             "engines": {name: {"args": i.args, "attention": i.attention, "kv_total_blocks": i.kv_total_blocks,
                                "kv_block_size": i.kv_block_size, "kv_bytes_per_token": i.kv_bytes_per_token,
                                "memory_bytes": i.memory_bytes} for name, i in info.items()},
+            "agreement": self.agreement(),
             "process_rss_bytes": process_rss_bytes(),
             "load_status": self.status.text(),
         }
+
+    def agreement(self) -> dict | None:
+        """The start-up agreement check: ok (None when skipped), one verdict per pair, the pairs."""
+        report = self.session.agreement if self.session else None
+        if report is None:
+            return None
+        return {"ok": report.ok, "verdicts": report.verdicts(), "pairs": report.to_dict()}
 
     def close(self) -> None:
         """Stop the engines and the loop thread."""

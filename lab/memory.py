@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import EngineConfig
+from lab.config import EngineConfig, RunPlan
 from lab.engines.base import kv_bytes_per_token
 from lab.environment import GIB, DeviceInfo
+from lab.load.workloads import longest_request
 
 SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
 
@@ -28,12 +29,14 @@ class MemoryPlan:
     hf_bytes: int | None
     hf_worst_kv_bytes: int | None
     notes: list[str] = field(default_factory=list)
+    vllm_kv_tokens: int | None = None  # token slots of vLLM's KV budget, where it is known before loading
 
     def to_dict(self) -> dict:
         return {
             "device_total_bytes": self.device.total_bytes, "device_free_bytes": self.device.free_bytes,
             "weights_bytes": self.weights_bytes, "vllm_bytes": self.vllm_bytes, "hf_bytes": self.hf_bytes,
             "hf_worst_kv_bytes": self.hf_worst_kv_bytes, "notes": list(self.notes),
+            "vllm_kv_tokens": self.vllm_kv_tokens,
         }
 
 
@@ -73,11 +76,12 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     weights = weights_bytes or 0
     notes = []
     hf_kv = (config.hf_max_batch_size * config.max_model_len * kv_per_token) if kv_per_token else None
-    vllm_bytes = None
+    vllm_bytes = kv_tokens = None
     if "vllm" in engines:
         if config.kv_cache_gib is not None or device.kind == "cpu":
             kv = (config.kv_cache_gib or 1.0) * GIB
             vllm_bytes = int(kv + weights)
+            kv_tokens = int(kv // kv_per_token) if kv_per_token else None
             notes.append(f"vLLM: {gib(kv)} of KV cache + {gib(weights)} of weights")
         else:
             vllm_bytes = int(config.gpu_memory_utilization * device.total_bytes)
@@ -118,4 +122,27 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"warning: HF's worst-case batch would not fit in the {gib(left)} left; large batches "
                     f"of long requests may run out of memory"
                 )
-    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes)
+    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens)
+
+
+def kv_fit_warning(plan: RunPlan, memory: MemoryPlan) -> str | None:
+    """A warning when the largest user level's longest requests cannot all hold their KV in vLLM's pool.
+
+    Args:
+        plan: The run plan (user levels, workload, lengths).
+        memory: The memory plan (vLLM's KV token slots, when known before loading).
+
+    Returns:
+        The warning in words, or None when they fit (or the pool size is known only after loading).
+    """
+    if "vllm" not in plan.engines or memory.vllm_kv_tokens is None:
+        return None
+    prompt, output = longest_request(plan.load.workload, plan.load.output_len)
+    users = max(plan.load.users)
+    needed = users * (prompt + output)
+    if needed <= memory.vllm_kv_tokens:
+        return None
+    return (f"at {users} users the {plan.load.workload!r} workload's longest requests ({prompt} + {output} tokens "
+            f"each) need up to {needed:,} KV token slots, but vLLM's KV budget holds about "
+            f"{memory.vllm_kv_tokens:,}: requests will wait in vLLM's queue or be preempted (raise --kv-cache-gib "
+            f"to avoid it)")

@@ -6,7 +6,7 @@ summary.json dict, so a stored run draws exactly like a live one. Numbers come f
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -113,7 +113,8 @@ def vllm_kv_figure(result: RunResult) -> go.Figure:
 
 def hf_kv_figure(result: RunResult) -> go.Figure:
     """HF KV memory its static batches reserved vs the part holding real tokens, over time (MiB)."""
-    samples = [s for lvl in result.levels if lvl.engine == "hf" for s in lvl.samples]
+    samples = [s for lvl in result.levels if lvl.engine == "hf" for s in lvl.samples
+               if s.kv_reserved_bytes is not None]  # an engine without byte figures draws nothing
     fig = go.Figure()
     if samples:
         xs = [s.time_s - result.origin_s for s in samples]

@@ -15,21 +15,23 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 from lab.config import RunPlan
 from lab.engines.base import Engine, EngineInfo, EngineSample, GenRequest
-from lab.load.driver import CANCELLED, RequestRecord, run_users
+from lab.load.driver import RequestRecord, run_users
 from lab.load.workloads import make_requests
 from lab.metrics import LevelSummary, e2e_s, ratios_by_users, summarize, tpot_s, ttft_s
 from lab.metrics.kv import kv_summary
+from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
 
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
-RUNNING, OK, FAILED, CANCELLED_RUN = "running", "ok", "failed", "cancelled"
+RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
 
 
 @dataclass
@@ -41,12 +43,12 @@ class LevelResult:
     planned: int | None
     records: list[RequestRecord] = field(default_factory=list)
     samples: list[EngineSample] = field(default_factory=list)
-    status: str = RUNNING
+    status: RunStatus = RUNNING
     error: str = ""
     summary: LevelSummary | None = None
     kv: dict = field(default_factory=dict)
 
-    def finish(self, info: EngineInfo | None, status: str, error: str = "") -> None:
+    def finish(self, info: EngineInfo | None, status: RunStatus, error: str = "") -> None:
         """Close the level: compute its summary and KV figures."""
         self.status, self.error = status, error
         self.summary = summarize(self.records, self.engine, self.users)
@@ -67,11 +69,12 @@ class RunResult:
     device: dict
     versions: dict
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     origin_s: float = field(default_factory=time.perf_counter)
     engine_info: dict[str, EngineInfo] = field(default_factory=dict)
+    agreement: list[dict] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
-    status: str = RUNNING
+    status: RunStatus = RUNNING
     error: str = ""
     message: str = "starting"
 
@@ -128,7 +131,7 @@ def _notify(observers: Sequence[Observer], method: str, result: RunResult) -> No
     for observer in observers:
         try:
             getattr(observer, method)(result)
-        except Exception:  # noqa: BLE001 - a broken listener must not break the run
+        except Exception:
             log.exception("observer %r failed in %s", observer, method)
 
 
@@ -164,9 +167,9 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
                 last_engine = name
         result.status, result.message = OK, "done"
     except asyncio.CancelledError:
-        result.status, result.message = CANCELLED_RUN, "cancelled: partial results kept"
+        result.status, result.message = CANCELLED, "cancelled: partial results kept"
         await _abort(engines)
-    except Exception as exc:  # noqa: BLE001 - keep what was measured, say what broke
+    except Exception as exc:
         log.exception("run failed")
         result.status, result.error = FAILED, f"{type(exc).__name__}: {exc}"
         result.message = f"failed: {result.error} (partial results kept)"
@@ -174,7 +177,7 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
         for level in result.levels:
             if level.status == RUNNING:
                 level.finish(result.engine_info.get(level.engine),
-                             CANCELLED if result.status == CANCELLED_RUN else FAILED, result.error)
+                             CANCELLED if result.status == CANCELLED else FAILED, result.error)
         _notify(observers, "on_complete", result)
     return result
 
@@ -183,7 +186,7 @@ async def _abort(engines: dict[str, Engine]) -> None:
     for engine in engines.values():
         try:
             await engine.abort_all()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("abort failed for %s", engine.name)
 
 
@@ -254,6 +257,7 @@ def summary_dict(result: RunResult) -> dict:
             "warmup_requests": plan.load.warmup_requests, "seed": plan.load.seed,
         },
         "engine_args": {name: info.args for name, info in result.engine_info.items()},
+        "agreement": result.agreement,
         "runs": runs,
         "ratio": {str(users): value for users, value in result.ratio().items()},
     }

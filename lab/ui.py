@@ -1,32 +1,159 @@
-"""build_app(): the Gradio layout and its wiring, nothing else.
+"""build_app(): the Gradio layout and its wiring; the handlers it wires are small named methods of Handlers.
 
 Every figure and table comes from lab.dashboard / lab.plots / lab.store, the functions the CLI and the
-notebooks use. State lives in the LabHost passed in (no module globals); a gr.Timer asks it once a
-second whether anything changed, and the plots are rebuilt only then.
+notebooks use. State lives in the LabHost passed in (no module globals). As in trackio, a gr.Timer writes
+cheap change keys into gr.State once a second, and a group of components is redrawn only when its own key
+changed (the State's change event): the load status line, the live plots, the runs table when a run ends,
+the environment when the engines become ready.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 import pandas as pd
 
 from lab.config import ENGINE_NAMES
 from lab.dashboard import (
-    BOUND_REQUESTS, BOUND_SECONDS, environment_markdown, live_view, plan_from_inputs, progress_text,
+    BOUND_REQUESTS,
+    BOUND_SECONDS,
+    agreement_warning,
+    environment_markdown,
+    live_view,
+    plan_from_inputs,
+    progress_text,
 )
 from lab.host import LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots import compare_figure, compare_ratio_figure, latency_table
-from lab.runs import summary_dict
+from lab.runs import RUNNING, summary_dict
 from lab.store import export_run, list_runs, load_summary
 
 INTRO = """# KV Lab — why vLLM outruns HF `generate()`
 One model, loaded twice in this process: **HF transformers** with static batching (a padded batch runs until
 its longest request ends; its KV cache is one contiguous block per batch) and **vLLM** (PagedAttention and
 continuous batching). Pick a workload and concurrent users, press **Run**, and watch both measured live."""
+TICK_S = 1.0  # how often each page asks the host whether anything changed
+QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
+
+
+class Handlers:
+    """Every event handler of the page, over one LabHost: actions, change keys and the redraws they gate."""
+
+    def __init__(self, host: LabHost):
+        self.host = host
+
+    # -- actions -------------------------------------------------------------------------------
+    def start_run(self, engines, users, workload, output_len, bound, amount) -> str:
+        """Start a run from the Load-test form; returns the message line."""
+        try:
+            plan = plan_from_inputs(self.host.config, engines, users, workload, output_len, bound, amount)
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
+        started, message = self.host.submit(plan)
+        return message if started else f"**Not started:** {message}"
+
+    def cancel(self) -> str:
+        """Cancel the run in progress; returns the message line."""
+        return self.host.cancel()
+
+    def run_and_wait(self, engines: str, users: str, workload: str, output_len: int, requests_per_user: int) -> str:
+        """Start a run, wait for it to end, and return its summary.json (for API clients)."""
+        names = [e.strip() for e in engines.split(",") if e.strip()]
+        try:
+            plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
+                                    requests_per_user)
+        except ValueError as exc:
+            return json.dumps({"error": str(exc)})
+        started, message = self.host.submit(plan)
+        if not started:
+            return json.dumps({"error": message})
+        return json.dumps(summary_dict(self.host.wait_run()), default=str)
+
+    # -- change keys: cheap, read every tick -----------------------------------------------------
+    def status_key(self) -> str:
+        """Changes with every loading step (the agreement warning comes with the last one)."""
+        return self.host.status.text()
+
+    def live_key(self) -> tuple | None:
+        """Changes whenever the current run has something new to draw; None before the first run."""
+        result = self.host.result
+        return (result.run_id, self.host.version) if result else None
+
+    def finished_key(self) -> str | None:
+        """The id of the last run once it has ended (changes when a run finishes)."""
+        result = self.host.result
+        return result.run_id if result and result.status != RUNNING else None
+
+    def ready_key(self) -> tuple[bool, str]:
+        """Changes when the engines become ready (or fail to load)."""
+        return self.host.status.ready, self.host.status.error
+
+    # -- redraws -------------------------------------------------------------------------------
+    def status_lines(self) -> tuple[str, str]:
+        """The load status line and the agreement warning under it."""
+        return self.host.status.text(), agreement_warning(self.host.agreement())
+
+    def live(self) -> list:
+        """Progress line, the six live figures and the latency table of the current run."""
+        result = self.host.result
+        if result is None:
+            return [progress_text(None)] + [gr.skip()] * 7
+        view = live_view(result)
+        return [view.progress, view.throughput, view.tok_s_bars, view.ratio, view.queue, view.vllm_kv,
+                view.hf_kv, view.latency]
+
+    def environment(self) -> tuple[str, dict]:
+        """The Environment tab: readable text and the raw dict."""
+        env = self.host.environment()
+        return environment_markdown(env), env
+
+    def load_runs(self) -> tuple[pd.DataFrame, Any]:
+        """The stored runs, and the compare dropdown's choices."""
+        frame = pd.DataFrame(list_runs(self.host.db_path))
+        return frame, gr.update(choices=list(frame["run_id"]) if len(frame) else [])
+
+    def compare(self, run_ids: list[str] | None) -> tuple:
+        """Figures comparing the chosen runs, the first one's latency table and its two files."""
+        if not run_ids:
+            return None, None, None, None, None
+        summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
+        paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
+        return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
+                str(paths["requests"]), str(paths["summary"]))
+
+
+@dataclass
+class LoadTab:
+    """The Load-test tab's components: the form (in start_run's order), its buttons, what draws live."""
+
+    form: list
+    run: gr.Button
+    cancel: gr.Button
+    message: gr.Markdown
+    live: list  # in Handlers.live's order
+
+
+@dataclass
+class ResultsTab:
+    """The Results tab's components."""
+
+    refresh: gr.Button
+    runs: list  # runs table and the compare dropdown, in Handlers.load_runs's order
+    chosen: gr.Dropdown
+    compared: list  # in Handlers.compare's order
+
+
+@dataclass
+class EnvironmentTab:
+    """The Environment tab's components."""
+
+    shown: list  # text and raw dict, in Handlers.environment's order
+    refresh: gr.Button
 
 
 def build_app(host: LabHost) -> gr.Blocks:
@@ -38,124 +165,106 @@ def build_app(host: LabHost) -> gr.Blocks:
     Returns:
         The Blocks app (not launched).
     """
-    config = host.config
-
-    def start_run(engines, users, workload, output_len, bound, amount):
-        try:
-            plan = plan_from_inputs(config, engines, users, workload, output_len, bound, amount)
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        started, message = host.submit(plan)
-        return message if started else f"**Not started:** {message}"
-
-    def refresh(seen):
-        result = host.result
-        key = [host.version, result.status if result else None, host.status.ready]
-        if key == seen:
-            return [gr.skip()] * 13
-        just_finished = bool(seen) and seen[1] == "running" and key[1] != "running"
-        runs_table = runs_frame() if just_finished else gr.skip()
-        env = list(show_environment()) if not seen or seen[2] != key[2] else [gr.skip()] * 2
-        head = [key, host.status.text()]
-        if result is None:
-            return head + [progress_text(None)] + [gr.skip()] * 7 + [runs_table] + env
-        view = live_view(result)
-        return head + [view.progress, view.throughput, view.tok_s_bars, view.ratio, view.queue, view.vllm_kv,
-                       view.hf_kv, view.latency, runs_table] + env
-
-    def show_environment():
-        env = host.environment()
-        return environment_markdown(env), env
-
-    def runs_frame() -> pd.DataFrame:
-        return pd.DataFrame(list_runs(host.db_path))
-
-    def load_runs():
-        frame = runs_frame()
-        return frame, gr.update(choices=list(frame["run_id"]) if len(frame) else [])
-
-    def compare(run_ids):
-        if not run_ids:
-            return None, None, None, None, None
-        summaries = [load_summary(host.db_path, rid) for rid in run_ids]
-        folder = tempfile.mkdtemp(prefix="kvlab-export-")
-        paths = export_run(host.db_path, run_ids[0], folder)
-        table = latency_table(summaries[0])
-        return (compare_figure(summaries), compare_ratio_figure(summaries), table,
-                str(paths["requests"]), str(paths["summary"]))
-
-    def run_and_wait(engines: str, users: str, workload: str, output_len: int, requests_per_user: int) -> str:
-        """Start a run, wait for it to end, and return its summary.json (for API clients)."""
-        names = [e.strip() for e in engines.split(",") if e.strip()]
-        try:
-            plan = plan_from_inputs(config, names, users, workload, output_len, BOUND_REQUESTS, requests_per_user)
-        except ValueError as exc:
-            return json.dumps({"error": str(exc)})
-        started, message = host.submit(plan)
-        if not started:
-            return json.dumps({"error": message})
-        result = host.wait_run()
-        return json.dumps(summary_dict(result), default=str)
-
+    handlers = Handlers(host)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO)
-        load_status = gr.Markdown(host.status.text(), elem_id="load-status")
+        header = [gr.Markdown(host.status.text(), elem_id="load-status"),
+                  gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning")]
         with gr.Tabs():
-            with gr.Tab("Load test", id="load"):
-                with gr.Row():
-                    engines = gr.CheckboxGroup(list(ENGINE_NAMES), value=list(ENGINE_NAMES), label="Engines")
-                    users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
-                    workload = gr.Dropdown([(f"{w.name}: {w.description}", w.name) for w in WORKLOADS.values()],
-                                           value="mixed", label="Workload")
-                with gr.Row():
-                    output_len = gr.Number(0, precision=0, label="Output length in tokens (0 = the workload's)",
-                                           elem_id="output-len")
-                    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
-                    amount = gr.Number(2, label="Requests per user / seconds per level", elem_id="amount")
-                with gr.Row():
-                    run_button = gr.Button("Run", variant="primary", elem_id="run")
-                    cancel_button = gr.Button("Cancel", variant="stop", elem_id="cancel")
-                message = gr.Markdown(elem_id="message")
-                progress = gr.Markdown(progress_text(host.result), elem_id="progress")
-                with gr.Row():
-                    throughput_plot = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
-                    bars_plot = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
-                with gr.Row():
-                    ratio_plot = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
-                    queue_plot = gr.Plot(label="Running / waiting", elem_id="plot-queue")
-                with gr.Row():
-                    vllm_kv_plot = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
-                    hf_kv_plot = gr.Plot(label="HF KV reserved vs real", elem_id="plot-hf-kv")
-                latency = gr.Dataframe(label="Latency (ms) per engine and user level", elem_id="latency")
-            with gr.Tab("Results", id="results"):
-                refresh_runs = gr.Button("Refresh")
-                runs_table = gr.Dataframe(label="Past runs (stored as they finish, partial ones too)",
-                                          elem_id="runs-table")
-                chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)")
-                with gr.Row():
-                    compare_plot = gr.Plot(label="tok/s compared")
-                    compare_ratio = gr.Plot(label="ratio compared")
-                compare_table = gr.Dataframe(label="Latency of the first chosen run")
-                with gr.Row():
-                    csv_file = gr.File(label="requests.csv")
-                    json_file = gr.File(label="summary.json")
-            with gr.Tab("Environment", id="env"):
-                env_text = gr.Markdown()
-                env_json = gr.JSON(label="raw")
-                env_refresh = gr.Button("Refresh")
-
-        seen = gr.State(None)
-        timer = gr.Timer(1.0)
-        timer.tick(refresh, [seen], [seen, load_status, progress, throughput_plot, bars_plot, ratio_plot,
-                                     queue_plot, vllm_kv_plot, hf_kv_plot, latency, runs_table, env_text, env_json],
-                   show_progress="hidden", queue=False, api_visibility="private")
-        run_button.click(start_run, [engines, users, workload, output_len, bound, amount], [message],
-                         api_name="start_run")
-        cancel_button.click(lambda: host.cancel(), None, [message], api_name="cancel")
-        refresh_runs.click(load_runs, None, [runs_table, chosen])
-        chosen.change(compare, [chosen], [compare_plot, compare_ratio, compare_table, csv_file, json_file])
-        env_refresh.click(show_environment, None, [env_text, env_json], api_name="environment")
-        app.load(show_environment, None, [env_text, env_json], api_visibility="private")
-        app.load(load_runs, None, [runs_table, chosen], api_visibility="private")
-        gr.api(run_and_wait, api_name="run_and_wait")
+            load, results, env = _load_tab(host), _results_tab(), _environment_tab()
+        _wire_actions(handlers, load, results, env)  # first: they claim the public API names
+        _wire_timer(handlers, header, load, results, env)
+        app.load(handlers.load_runs, None, results.runs, api_visibility="private")
+        gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
+
+
+def _load_tab(host: LabHost) -> LoadTab:
+    """The Load-test tab: the form, Run and Cancel, then the live figures."""
+    with gr.Tab("Load test", id="load"):
+        form = _form()
+        with gr.Row():
+            run = gr.Button("Run", variant="primary", elem_id="run")
+            cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
+        message = gr.Markdown(elem_id="message")
+        live = _live_outputs(host)
+    return LoadTab(form=form, run=run, cancel=cancel, message=message, live=live)
+
+
+def _form() -> list:
+    """Engines, users, workload, output length, bound and amount (Handlers.start_run's arguments)."""
+    with gr.Row():
+        engines = gr.CheckboxGroup(list(ENGINE_NAMES), value=list(ENGINE_NAMES), label="Engines")
+        users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
+        workload = gr.Dropdown([(f"{w.name}: {w.description}", w.name) for w in WORKLOADS.values()],
+                               value="mixed", label="Workload")
+    with gr.Row():
+        output_len = gr.Number(0, precision=0, label="Output length in tokens (0 = the workload's)",
+                               elem_id="output-len")
+        bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
+        amount = gr.Number(2, label="Requests per user / seconds per level", elem_id="amount")
+    return [engines, users, workload, output_len, bound, amount]
+
+
+def _live_outputs(host: LabHost) -> list:
+    """The progress line, six figures in three rows, and the latency table (Handlers.live's order)."""
+    progress = gr.Markdown(progress_text(host.result), elem_id="progress")
+    with gr.Row():
+        throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
+        bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
+    with gr.Row():
+        ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
+        queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
+    with gr.Row():
+        vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
+        hf_kv = gr.Plot(label="HF KV reserved vs real", elem_id="plot-hf-kv")
+    latency = gr.Dataframe(label="Latency (ms) per engine and user level", elem_id="latency")
+    return [progress, throughput, bars, ratio, queue, vllm_kv, hf_kv, latency]
+
+
+def _results_tab() -> ResultsTab:
+    """The Results tab: past runs, a multi-select to compare them, the first one's files."""
+    with gr.Tab("Results", id="results"):
+        refresh = gr.Button("Refresh")
+        runs_table = gr.Dataframe(label="Past runs (stored as they finish, partial ones too)", elem_id="runs-table")
+        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)")
+        with gr.Row():
+            compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
+        compare_table = gr.Dataframe(label="Latency of the first chosen run")
+        with gr.Row():
+            csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
+    return ResultsTab(refresh=refresh, runs=[runs_table, chosen], chosen=chosen,
+                      compared=[compare_plot, compare_ratio, compare_table, csv_file, json_file])
+
+
+def _environment_tab() -> EnvironmentTab:
+    """The Environment tab: device, model, engines and the agreement check, as text and as the raw dict."""
+    with gr.Tab("Environment", id="env"):
+        text = gr.Markdown(elem_id="environment")
+        raw = gr.JSON(label="raw")
+        refresh = gr.Button("Refresh")
+    return EnvironmentTab(shown=[text, raw], refresh=refresh)
+
+
+def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
+    """Each tick writes the change keys into gr.State; a group redraws only when its own key changed."""
+    groups = [
+        (handlers.status_key, handlers.status_lines, header),
+        (handlers.live_key, handlers.live, load.live),
+        (handlers.finished_key, handlers.load_runs, results.runs),
+        (handlers.ready_key, handlers.environment, env.shown),
+    ]
+    keys = [gr.State(None) for _ in groups]
+    # queued: only a queued event reports which States it changed, and so fires their change events
+    gr.Timer(TICK_S).tick(lambda: [key() for key, _, _ in groups], None, keys, **QUIET)
+    for state, (_, redraw, outputs) in zip(keys, groups, strict=True):
+        state.change(redraw, None, outputs, queue=False, **QUIET)
+
+
+def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
+    """Buttons and the compare dropdown (with the API names the README and the tests use)."""
+    load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run")
+    load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
+    results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
+    results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
+    env.refresh.click(handlers.environment, None, env.shown, api_name="environment")

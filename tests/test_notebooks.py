@@ -21,7 +21,7 @@ def run_cells(path: Path) -> dict:
                 continue
             source = "".join(cell["source"])
             code = compile(source, f"{path.name}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-            outcome = eval(code, namespace)  # noqa: S307 - the project's own notebook
+            outcome = eval(code, namespace)
             if asyncio.iscoroutine(outcome):
                 loop.run_until_complete(outcome)
     finally:

@@ -1,4 +1,5 @@
-"""The real dashboard with the real engines (CPU): through gradio_client and in headless Chromium."""
+"""The dashboard: its agreement text (pure, fast), then the real app with the real engines (CPU) through
+gradio_client and in headless Chromium (marked ui)."""
 
 import json
 import os
@@ -8,14 +9,76 @@ from pathlib import Path
 
 import pytest
 
+from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.config import EngineConfig
+from lab.dashboard import agreement_markdown, agreement_warning
 from lab.host import LabHost
 
-pytestmark = pytest.mark.ui
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PLOTS = ["plot-throughput", "plot-bars", "plot-ratio", "plot-queue", "plot-vllm-kv", "plot-hf-kv"]
+
+
+def chars(text):
+    return [ord(c) for c in text]
+
+
+def decode(ids):
+    return "".join(chr(i) for i in ids)
+
+
+def agreement(*pairs):
+    """A dict shaped like LabHost.agreement() from Agreement pairs."""
+    report = AgreementReport(list(pairs))
+    return {"ok": report.ok, "verdicts": report.verdicts(), "pairs": report.to_dict()}
+
+
+def pair(*answers):
+    """vllm against hf over (prompt, hf's answer, vllm's answer) triples, one character per token."""
+    prompts = tuple(compare(prompt, chars(ref), chars(other), decode) for prompt, ref, other in answers)
+    return Agreement("hf", "vllm", prompts)
+
+
+AGREE = pair(("Capital of France?", "Paris is the capital.", "Paris is the capital!"),
+             ("Spider legs?", "Eight.", "Eight."))
+DISAGREE = pair(("Capital of France?", "Paris | Lyon", "\n*zz*"))
+
+
+def test_agreement_markdown_shows_each_verdict_and_a_row_per_prompt():
+    text = agreement_markdown(agreement(AGREE))
+    checked = agreement(AGREE)
+    assert checked["verdicts"][0].startswith("vllm and hf agree: 26/27 greedy tokens identical over 2 prompts")
+    assert f"- {checked['verdicts'][0]}" in text
+    assert "**vllm against hf**, prompt by prompt (a divergence before token 8 is marked *early*):" in text
+    assert "| prompt | identical tokens | first divergence (hf vs vllm) | hf says | vllm says |" in text
+    assert ("| Capital of France? | 20/21 | token 20: `'.'` vs `'!'` | Paris is the capital. "
+            "| Paris is the capital! |") in text
+    assert "| Spider legs? | 6/6 | none | Eight. | Eight. |" in text
+
+
+def test_agreement_markdown_flags_an_early_divergence_and_keeps_the_table_intact():
+    text = agreement_markdown(agreement(DISAGREE))
+    assert text.startswith("- WARNING: vllm and hf compute different text")
+    row = next(line for line in text.splitlines() if line.startswith("| Capital"))
+    assert "token 0: `'P'` vs `'\\n'` **(early)**" in row
+    assert "Paris \\| Lyon" in row and "↵ \\*zz\\*" in row  # pipes and markup escaped, newlines shown
+    assert row.replace("\\|", "").count("|") == 6
+
+
+def test_agreement_markdown_before_the_check_and_when_skipped():
+    assert agreement_markdown(None).startswith("Not checked")
+    text = agreement_markdown(agreement(skipped("hf", "vllm", "skipped: random weights")))
+    assert text == "- Agreement check skipped: random weights."
+
+
+def test_agreement_warning_only_when_the_engines_disagree():
+    assert agreement_warning(agreement(DISAGREE)) == (
+        "**Warning:** vllm and hf compute different text from the same model, so their speeds compare "
+        "different computations: see the Environment tab.")
+    assert agreement_warning(agreement(AGREE)) == ""
+    assert agreement_warning(agreement(skipped("hf", "vllm", "skipped"))) == ""
+    assert agreement_warning(None) == ""
 
 
 def free_port() -> int:
@@ -60,6 +123,7 @@ def client(url):
     return Client(url, verbose=False)
 
 
+@pytest.mark.ui
 def test_api_runs_and_reads_results_back(served):
     host, url = served
     c = client(url)
@@ -101,6 +165,26 @@ def submit(page, users, output_len, amount=None):
     page.click("#run")
 
 
+@pytest.mark.ui
+def test_environment_tab_shows_the_agreement_check(served, browser):
+    host, url = served
+    checked = host.agreement()
+    assert checked is not None and checked["pairs"], "two engines loaded: the check ran"
+    page = open_ready(browser, url)
+    warning = page.inner_text("#agreement-warning")
+    assert ("different text" in warning) == (checked["ok"] is False), warning
+    page.get_by_role("tab", name="Environment").click()
+    wait_text(page, "#environment", "Do the engines agree?", 30)
+    text = page.inner_text("#environment")
+    for verdict in checked["verdicts"]:
+        assert verdict.split(":")[0] in text  # "vllm and hf agree", or the warning, or why it was skipped
+    assert "agree" in text.split("Do the engines agree?")[1]
+    if checked["pairs"][0]["prompts"]:
+        assert "What is the capital of France?" in text and "identical tokens" in text
+    page.close()
+
+
+@pytest.mark.ui
 def test_browser_run_draws_both_engines(served, browser, tmp_path):
     host, url = served
     page = open_ready(browser, url, viewport={"width": 1400, "height": 2300})
@@ -125,6 +209,7 @@ def test_browser_run_draws_both_engines(served, browser, tmp_path):
     page.close()
 
 
+@pytest.mark.ui
 @pytest.mark.parametrize("users, output_len, expected", [
     ("", 0, "at least one user level"),
     ("0", 0, ">= 1"),
@@ -142,6 +227,7 @@ def test_bad_input_shows_a_message_and_the_app_keeps_serving(served, browser, us
     assert client(url).predict(api_name="/cancel") == "No run in progress."
 
 
+@pytest.mark.ui
 def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser):
     host, url = served
     first, second = open_ready(browser, url), open_ready(browser, url)

@@ -8,12 +8,17 @@ hand over the stats samples taken since the last call, reset between runs, stop.
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 
 class RequestRejected(Exception):
     """A request the engine refuses before running it (recorded as an error, never fatal)."""
+
+
+class RequestCancelled(RequestRejected):
+    """A request stopped because its run was cancelled (recorded as cancelled, not as an error)."""
 
 
 @dataclass(frozen=True)

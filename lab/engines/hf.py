@@ -25,6 +25,7 @@ from lab.engines.base import (
     EngineInfo,
     EngineSample,
     GenRequest,
+    RequestCancelled,
     RequestRejected,
     SampleBuffer,
     TokenChunk,
@@ -154,7 +155,7 @@ class HFEngine:
             except queue.Empty:
                 break
             if slot is not None:
-                self._push(slot, RequestRejected("cancelled before it ran"))
+                self._push(slot, RequestCancelled("cancelled before it ran"))
 
     # -- requests -----------------------------------------------------------------------------
     def check(self, request: GenRequest) -> str | None:
@@ -178,6 +179,19 @@ class HFEngine:
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
+    def logprob_gap(self, prompt: tuple[int, ...], mine: list[int], at: int, other: list[int]) -> float | None:
+        """log p(my token) - log p(the other's token) at position ``at`` of two answers sharing a prefix.
+
+        Used by the agreement check to tell a near-tie from a different computation; None past an answer.
+        """
+        if at >= len(mine) or at >= len(other):
+            return None
+        torch = self.torch
+        ids = torch.tensor([list(prompt) + mine[:at]], device=self.device)
+        with torch.inference_mode():
+            logp = torch.log_softmax(self.model(input_ids=ids).logits[0, -1].float(), dim=-1)
+        return float(logp[mine[at]] - logp[other[at]])
+
     def drain_samples(self) -> list[EngineSample]:
         return self._samples.drain()
 
@@ -195,7 +209,7 @@ class HFEngine:
                 return
             try:
                 self._run_batch(slots)
-            except Exception as exc:  # noqa: BLE001 - an engine error ends its requests, not the run
+            except Exception as exc:
                 log.exception("HF batch failed")
                 for slot in slots:
                     if not slot.done:
@@ -248,7 +262,7 @@ class HFEngine:
         batch.step += 1
         aborted = batch.epoch != self._abort_epoch
         endings = []
-        for slot, token in zip(batch.slots, last_tokens):
+        for slot, token in zip(batch.slots, last_tokens, strict=True):
             if slot.done:
                 continue
             slot.made += 1
@@ -259,7 +273,7 @@ class HFEngine:
                 endings.append((slot, _END))
             elif aborted:
                 slot.done = True
-                endings.append((slot, RequestRejected("cancelled")))
+                endings.append((slot, RequestCancelled("cancelled")))
         all_done = all(slot.done for slot in batch.slots)
         self._sample(batch)
         if all_done:

@@ -86,6 +86,7 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_kwargs(config, self.model_path)
+        attention = choose_cpu_attention(config)
         factory = _sampler_factory(self)
         self._engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[factory]
@@ -99,6 +100,7 @@ class VLLMEngine:
         args["num_kv_blocks"] = cache.num_gpu_blocks
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
+            args["cpu_attention"] = attention
         import vllm
 
         args["vllm_version"] = vllm.__version__
@@ -147,7 +149,7 @@ class VLLMEngine:
                 new = output.outputs[0].token_ids if output.outputs else ()
                 if new:
                     yield TokenChunk(time_s=now, token_ids=tuple(new))
-        except Exception as exc:  # noqa: BLE001 - any engine error becomes this request's error
+        except Exception as exc:
             raise RequestRejected(f"vLLM rejected the request: {exc}") from exc
 
     def decode(self, token_ids: list[int]) -> str:
@@ -177,6 +179,21 @@ class VLLMEngine:
             prefix_queries_total=self._totals["queries"], prefix_hits_total=self._totals["hits"],
         )
         self._samples.add(sample)
+
+
+def choose_cpu_attention(config: EngineConfig) -> str:
+    """Steer the lab's vLLM plugin (set before vLLM starts its processes); returns what was chosen, in words."""
+    from lab.engines import vllm_plugin
+
+    isa = config.vllm_cpu_attention_isa()
+    os.environ.pop(vllm_plugin.ENV, None)
+    if isa is None:
+        return f"vLLM's own choice ({config.cpu_attention})"
+    if not vllm_plugin.installed():
+        log.warning("the lab's vLLM plugin is not installed: vLLM keeps its AMX attention kernel")
+        return "vLLM's own choice: the lab's plugin is not installed (run scripts/setup.sh), so AMX stays on"
+    os.environ[vllm_plugin.ENV] = isa
+    return f"{isa} (AVX-512 kernel instead of AMX: vLLM's AMX attention gave wrong bf16 text)"
 
 
 def _load_tokenizer(model_path: str):

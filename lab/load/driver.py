@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
-from lab.engines.base import Engine, GenRequest, RequestRejected
+from lab.engines.base import Engine, GenRequest, RequestCancelled, RequestRejected
+from lab.status import RequestStatus
 
 log = logging.getLogger(__name__)
 
-OK, ERROR, CANCELLED = "ok", "error", "cancelled"
+OK, ERROR, CANCELLED = RequestStatus.OK, RequestStatus.ERROR, RequestStatus.CANCELLED
 
 
 @dataclass
@@ -49,7 +50,7 @@ class RequestRecord:
     first_token_s: float | None = None
     end_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)
-    status: str = OK
+    status: RequestStatus = OK
     error: str = ""
 
     @property
@@ -73,8 +74,10 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int) ->
             record.token_times_s.extend([chunk.time_s] * len(chunk.token_ids))
     except asyncio.CancelledError:  # swallowed on purpose: the caller re-raises after recording
         record.status, record.error = CANCELLED, "run cancelled"
+    except RequestCancelled as exc:
+        record.status, record.error = CANCELLED, str(exc)
     except RequestRejected as exc:
-        record.status, record.error = (CANCELLED if "cancelled" in str(exc) else ERROR), str(exc)
+        record.status, record.error = ERROR, str(exc)
     except Exception as exc:  # noqa: BLE001 - an engine failure is this request's data
         record.status, record.error = ERROR, f"{type(exc).__name__}: {exc}"
     record.end_s = record.token_times_s[-1] if record.status == OK and record.token_times_s else (
@@ -131,9 +134,14 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
     return records
 
 
-async def complete_text(engine: Engine, request: GenRequest) -> str:
-    """Run one request and return its decoded answer (for chat checks and demos)."""
+async def complete_ids(engine: Engine, request: GenRequest) -> list[int]:
+    """Run one request and return its output token ids."""
     ids: list[int] = []
     async for chunk in engine.stream(request):
         ids.extend(chunk.token_ids)
-    return engine.decode(ids)
+    return ids
+
+
+async def complete_text(engine: Engine, request: GenRequest) -> str:
+    """Run one request and return its decoded answer (for chat checks and demos)."""
+    return engine.decode(await complete_ids(engine, request))

@@ -58,6 +58,24 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 
+FIXED_PROMPT_BOUND = 32  # tokens a fixed prompt may take (the seed prompt is 8 words)
+
+
+def longest_request(workload: str, output_len: int | None = None) -> tuple[int, int]:
+    """The longest prompt and output one request of ``workload`` can have (tokens).
+
+    Args:
+        workload: A key of WORKLOADS.
+        output_len: A forced output length, else the workload's own longest.
+
+    Returns:
+        (prompt tokens, output tokens) at their maximum.
+    """
+    preset = WORKLOADS[workload]
+    prompt = preset.prompt_len[1] if preset.fixed_prompt is None else FIXED_PROMPT_BOUND
+    return prompt, output_len if output_len is not None else preset.output_len[1]
+
+
 @dataclass(frozen=True)
 class RequestSpec:
     """The lengths of one request before tokenization."""

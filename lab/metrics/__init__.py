@@ -18,11 +18,12 @@ Percentiles use linear interpolation between closest ranks (numpy's default).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
-from lab.load.driver import OK, CANCELLED, RequestRecord
+from lab.load.driver import CANCELLED, OK, RequestRecord
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def tpot_s(record: RequestRecord) -> float | None:
 def itls_s(record: RequestRecord) -> list[float]:
     """Inter-token latencies: the gaps between consecutive tokens."""
     times = record.token_times_s
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def level_window_s(records: Sequence[RequestRecord]) -> tuple[float, float] | None:

@@ -8,7 +8,7 @@ real = the part holding the requests' own prompt and output tokens; waste = 1 - 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from lab.engines.base import EngineSample
 

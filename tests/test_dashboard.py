@@ -1,0 +1,131 @@
+"""The dashboard's pure loaders: form input to a RunPlan, progress lines, live views, the Environment text."""
+
+import asyncio
+
+import pytest
+
+from lab.config import EngineConfig
+from lab.dashboard import (
+    BOUND_REQUESTS,
+    BOUND_SECONDS,
+    LiveView,
+    environment_markdown,
+    live_view,
+    plan_from_inputs,
+    progress_text,
+)
+from lab.engines.fake import FakeEngine
+from lab.environment import GIB
+from lab.runs import execute
+from tests.test_driver import fake_result
+from tests.test_plots import KVFake, empty_run, fake_run, plan
+from tests.test_store import cancelled_run
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    monkeypatch.setattr("lab.runs.SETTLE_S", 0)
+
+
+def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=None, bound=BOUND_REQUESTS,
+         amount=2, max_model_len=2048):
+    """plan_from_inputs with the form's usual values, some changed."""
+    config = EngineConfig(max_model_len=max_model_len)
+    return plan_from_inputs(config, None if engines is None else list(engines), users, workload, output_len,
+                            bound, amount)
+
+
+def test_valid_inputs_make_a_plan():
+    plan = form(users=" 1, 5 10", output_len=0, amount=3.0)
+    assert plan.engines == ("hf", "vllm") and plan.engine.max_model_len == 2048
+    assert plan.load.users == (1, 5, 10) and plan.load.workload == "mixed"
+    assert plan.load.requests_per_user == 3 and plan.load.duration_s is None and plan.load.output_len is None
+    timed = form(engines=["vllm"], workload="decode", output_len=64.0, bound=BOUND_SECONDS, amount=2.5)
+    assert timed.engines == ("vllm",) and timed.load.output_len == 64
+    assert timed.load.duration_s == 2.5 and timed.load.requests_per_user is None
+
+
+@pytest.mark.parametrize("changes, named", [
+    (dict(engines=()), ["engines"]),
+    (dict(engines=None), ["engines"]),
+    (dict(users="0"), ["users", "0"]),
+    (dict(users=""), ["users"]),
+    (dict(users="a"), ["'a'"]),
+    (dict(output_len=600, max_model_len=1024), ["600", "1024"]),
+    (dict(amount=None), ["Requests per user"]),
+    (dict(amount=None, bound=BOUND_SECONDS), ["Seconds per level"]),
+    (dict(amount=0), ["requests_per_user", "0"]),
+    (dict(amount=0, bound=BOUND_SECONDS), ["duration_s", "0"]),
+])
+def test_bad_inputs_say_what_is_wrong(changes, named):
+    with pytest.raises(ValueError) as error:
+        form(**changes)
+    for word in named:
+        assert word in str(error.value)
+
+
+def test_progress_text_through_a_run(char_tokenizer):
+    assert progress_text(None).startswith("No run yet")
+    engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
+    result = fake_result(plan(), engines)
+    assert progress_text(result) == f"Running {result.run_id}: starting"
+    lines = []
+
+    class Listener:
+        def on_start(self, r): lines.append(progress_text(r))
+        def on_update(self, r): lines.append(progress_text(r))
+        def on_complete(self, r): pass
+
+    asyncio.run(execute(result.plan, engines, char_tokenizer, result, [Listener()]))
+    assert f"Running {result.run_id}: warming up hf" in lines
+    assert any("**vllm** at **2** users, 3/4 requests done in this level" in line for line in lines)
+    assert progress_text(result) == f"Run {result.run_id} done (12 requests measured)."
+
+
+def test_progress_text_of_a_cancelled_run(char_tokenizer):
+    result = cancelled_run(char_tokenizer)
+    done = sum(len(lvl.records) for lvl in result.levels)
+    text = progress_text(result)
+    assert text.startswith(f"Run {result.run_id} cancelled") and f"({done} requests measured)" in text
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_live_view(char_tokenizer, finished):
+    result = fake_run(char_tokenizer, engine=KVFake) if finished else empty_run()
+    view = live_view(result)
+    assert isinstance(view, LiveView) and view.progress == progress_text(result)
+    assert len(view.latency) == (4 if finished else 0)
+    traces = [len(view.throughput.data), len(view.vllm_kv.data), len(view.hf_kv.data), len(view.queue.data)]
+    assert traces == ([2, 2, 2, 4] if finished else [0, 0, 0, 0])
+    assert len(view.tok_s_bars.data) == 2 and len(view.ratio.data) == 1
+
+
+def environment():
+    """A dict shaped like lab.host.LabHost.environment()."""
+    engine = dict(args={}, attention=None, kv_total_blocks=None, kv_block_size=None, kv_bytes_per_token=None,
+                  memory_bytes=None)
+    return {
+        "device": {"kind": "cuda", "name": "NVIDIA H100", "total_bytes": 80 * GIB, "free_bytes": 60 * GIB,
+                   "cores": 16, "source": "NVML", "extra": {}},
+        "versions": {"python": "3.12.1", "torch": "2.5.1", "vllm": "0.8.0"},
+        "model": {"name": "SmolLM2-135M-Instruct", "location": "/models/smol", "weights_bytes": 256 * 2**20},
+        "memory_plan": {"notes": ["vLLM takes half the card"]},
+        "engines": {
+            "hf": {**engine, "attention": "sdpa", "memory_bytes": 256 * 2**20},
+            "vllm": {**engine, "attention": "FlashAttention", "kv_total_blocks": 1000, "kv_block_size": 16},
+        },
+        "agreement": None,
+        "process_rss_bytes": 900 * 2**20,
+        "load_status": "ready",
+    }
+
+
+def test_environment_markdown():
+    text = environment_markdown(environment())
+    assert ("**Device:** NVIDIA H100 (cuda), 80.0 GiB total, 60.0 GiB free (read via NVML), 16 CPU cores"
+            in text)
+    assert "**Model:** SmolLM2-135M-Instruct — 256 MiB of weights at `/models/smol`" in text
+    assert "**Versions:** python 3.12.1, torch 2.5.1, vllm 0.8.0" in text
+    assert "**hf:** sdpa; holds 256 MiB of weights" in text
+    assert ("**vllm:** FlashAttention; holds ? of KV-cache budget; KV at start-up: 1000 blocks x 16 tokens "
+            "(16,000 token slots)" in text)

@@ -1,0 +1,134 @@
+"""Figures and tables of lab/plots.py on a finished fake run and on runs with nothing measured yet."""
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from lab.config import LoadConfig, RunPlan
+from lab.engines.fake import FakeEngine
+from lab.plots import (
+    ENGINE_LABELS,
+    compare_figure,
+    compare_ratio_figure,
+    hf_kv_figure,
+    latency_table,
+    queue_figure,
+    ratio_bars,
+    throughput_figure,
+    tok_s_bars,
+    vllm_kv_figure,
+)
+from lab.runs import LevelResult, RunResult, execute, summary_dict
+from tests.test_driver import fake_result
+
+LATENCY_COLUMNS = [f"{m} {q} (ms)" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]
+
+
+class KVFake(FakeEngine):
+    """A fake engine whose samples carry the KV fields the real engine of its name fills."""
+
+    async def start(self):
+        info = await super().start()
+        return replace(info, kv_total_blocks=64, kv_block_size=16) if self.name == "vllm" else info
+
+    def drain_samples(self):
+        if self.name == "vllm":
+            return [replace(s, kv_usage=0.25, kv_total_blocks=64, kv_block_size=16) for s in super().drain_samples()]
+        return [replace(s, kv_reserved_bytes=2 * 2**20, kv_real_bytes=2**20) for s in super().drain_samples()]
+
+
+def plan(engines=("hf", "vllm")):
+    return RunPlan(engines=engines, load=LoadConfig(users=(1, 2), requests_per_user=2, output_len=4,
+                                                    warmup_requests=0))
+
+
+def fake_run(tokenizer, engine=KVFake, engines=("hf", "vllm")) -> RunResult:
+    """A finished run of fake engines (KV-sampling ones by default)."""
+    started = {name: engine(name) for name in engines}
+    result = fake_result(plan(engines), started)
+    return asyncio.run(execute(result.plan, started, tokenizer, result))
+
+
+def empty_run() -> RunResult:
+    return RunResult(plan=plan(), model="fake", model_path="fake", device={"kind": "cpu"}, versions={})
+
+
+def starting_run() -> RunResult:
+    """A run whose first level has begun but measured nothing yet."""
+    result = empty_run()
+    result.levels.append(LevelResult(engine="hf", users=1, planned=2))
+    return result
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    monkeypatch.setattr("lab.runs.SETTLE_S", 0)
+
+
+@pytest.fixture
+def run(char_tokenizer):
+    return fake_run(char_tokenizer)
+
+
+def test_live_figures_of_a_finished_run(run):
+    throughput = throughput_figure(run)
+    assert [t.name for t in throughput.data] == [ENGINE_LABELS["hf"], ENGINE_LABELS["vllm"]]
+    assert "tok/s" in throughput.layout.title.text
+    vllm = vllm_kv_figure(run)
+    assert [t.name for t in vllm.data] == ["blocks used", "blocks total"]
+    assert "64 blocks x 16 tokens" in vllm.layout.title.text
+    assert set(vllm.data[0].y) == {16}  # 0.25 x 64 blocks
+    hf = hf_kv_figure(run)
+    assert [t.name for t in hf.data] == ["reserved by static batch", "holding real tokens"]
+    assert "reserved vs real" in hf.layout.title.text and set(hf.data[0].y) == {2.0}
+    queue = queue_figure(run)
+    assert len(queue.data) == 4 and "running / waiting" in queue.layout.title.text
+
+
+def test_summary_figures_of_a_finished_run(run):
+    summary = summary_dict(run)
+    bars = tok_s_bars(summary)
+    assert [t.name for t in bars.data] == [ENGINE_LABELS["hf"], ENGINE_LABELS["vllm"]]
+    assert all(list(t.x) == ["1", "2"] for t in bars.data)
+    assert "per user level" in bars.layout.title.text
+    ratio = ratio_bars(summary)
+    assert len(ratio.data) == 1 and list(ratio.data[0].x) == ["1", "2"]
+    assert "vLLM / HF" in ratio.layout.title.text and ratio.data[0].text[0].endswith("x")
+    table = latency_table(summary)
+    assert len(table) == 4 and list(table["engine"]) == ["hf", "vllm", "hf", "vllm"]
+    assert set(LATENCY_COLUMNS) <= set(table.columns) and table["errors"].sum() == 0
+
+
+def test_compare_figures(run, char_tokenizer):
+    summaries = [summary_dict(run), summary_dict(fake_run(char_tokenizer))]
+    bars = compare_figure(summaries)
+    assert len(bars.data) == 4 and run.run_id[:6] in bars.data[0].name
+    assert "compared" in bars.layout.title.text
+    ratios = compare_ratio_figure(summaries)
+    assert len(ratios.data) == 2 and list(ratios.data[0].x) == ["1", "2"]
+    assert "Ratio vLLM / HF" in ratios.layout.title.text
+    assert len(compare_figure([]).data) == len(compare_ratio_figure([]).data) == 0
+
+
+@pytest.mark.parametrize("make", [empty_run, starting_run])
+def test_nothing_measured_yet_draws_empty_figures(make):
+    result = make()
+    for figure in (throughput_figure, vllm_kv_figure, hf_kv_figure, queue_figure):
+        assert len(figure(result).data) == 0, figure.__name__
+    assert vllm_kv_figure(result).layout.title.text == "vLLM KV-cache blocks"
+    summary = summary_dict(result)
+    assert sum(len(t.x) for t in tok_s_bars(summary).data) == len(result.levels)  # a level begun is a 0 bar
+    assert len(ratio_bars(summary).data[0].x) == 0
+    assert len(latency_table(summary)) == len(result.levels)
+    assert len(compare_figure([summary]).data) == 2 and len(compare_ratio_figure([summary]).data[0].x) == 0
+
+
+def test_one_engine_has_no_ratio(char_tokenizer):
+    summary = summary_dict(fake_run(char_tokenizer, engines=("vllm",)))
+    assert summary["ratio"] == {} and len(ratio_bars(summary).data[0].x) == 0
+    assert len(tok_s_bars(summary).data) == 1 and len(latency_table(summary)) == 2
+
+
+def test_hf_kv_figure_of_samples_without_bytes(char_tokenizer):
+    assert len(hf_kv_figure(fake_run(char_tokenizer, engine=FakeEngine)).data) == 0

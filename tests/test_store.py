@@ -1,0 +1,126 @@
+"""The results database: runs saved (partial ones too), listed, loaded and exported like the CLI's files."""
+
+import asyncio
+import json
+
+import pytest
+
+from lab.config import LoadConfig, RunPlan
+from lab.engines.fake import FakeEngine
+from lab.runs import RunResult, execute, summary_dict, write_run
+from lab.store import export_run, list_runs, load_summary, save_run
+from tests.test_driver import fake_result
+
+
+@pytest.fixture(autouse=True)
+def no_settle(monkeypatch):
+    monkeypatch.setattr("lab.runs.SETTLE_S", 0)
+
+
+def plan(users=(1, 2), requests_per_user=2):
+    return RunPlan(engines=("hf", "vllm"), load=LoadConfig(users=users, requests_per_user=requests_per_user,
+                                                           output_len=4, warmup_requests=0))
+
+
+def finished_run(tokenizer, started_at=None) -> RunResult:
+    engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
+    result = fake_result(plan(), engines)
+    if started_at:
+        result.started_at = started_at
+    return asyncio.run(execute(result.plan, engines, tokenizer, result))
+
+
+def cancelled_run(tokenizer) -> RunResult:
+    """A run cancelled as soon as its first level has measured a request."""
+    engines = {"hf": FakeEngine("hf", token_delay_s=0.002), "vllm": FakeEngine("vllm", token_delay_s=0.002)}
+    result = fake_result(plan(requests_per_user=50), engines)
+
+    async def main():
+        task = asyncio.ensure_future(execute(result.plan, engines, tokenizer, result))
+        while not any(lvl.records for lvl in result.levels):
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await task
+
+    asyncio.run(main())
+    return result
+
+
+def failed_run(tokenizer) -> RunResult:
+    """A run whose vllm engine dies at its first level, after hf measured one."""
+
+    class Dies(FakeEngine):
+        async def reset(self):
+            if self.name == "vllm":
+                raise RuntimeError("engine died")
+
+    engines = {"hf": Dies("hf"), "vllm": Dies("vllm")}
+    result = fake_result(plan(), engines)
+    return asyncio.run(execute(result.plan, engines, tokenizer, result))
+
+
+def test_save_list_and_load(tmp_path, char_tokenizer):
+    db = tmp_path / "results.sqlite"
+    old = finished_run(char_tokenizer, started_at="2024-01-01T00:00:00+00:00")
+    new = finished_run(char_tokenizer, started_at="2025-01-01T00:00:00+00:00")
+    save_run(db, old)
+    save_run(db, new)
+    rows = list_runs(db)
+    assert [r["run_id"] for r in rows] == [new.run_id, old.run_id]  # newest first
+    row = rows[0]
+    assert row["status"] == "ok" and row["model"] == "fake" and row["workload"] == "mixed"
+    assert row["users"] == "1,2" and row["engines"] == "hf,vllm"
+    assert set(json.loads(row["output tok/s"])) == {"hf@1", "vllm@1", "hf@2", "vllm@2"}
+    assert set(json.loads(row["ratio vLLM/HF"])) == {"1", "2"}
+    assert json.loads(row["engine args"]) == {"hf": {"token_delay_s": 0.0}, "vllm": {"token_delay_s": 0.0}}
+    assert load_summary(db, new.run_id) == json.loads(json.dumps(summary_dict(new)))
+
+
+def test_unknown_run_is_a_key_error(tmp_path):
+    db = tmp_path / "results.sqlite"
+    with pytest.raises(KeyError, match="nope"):
+        load_summary(db, "nope")
+    with pytest.raises(KeyError, match="nope"):
+        export_run(db, "nope", tmp_path / "out")
+
+
+def test_export_writes_the_cli_files(tmp_path, char_tokenizer):
+    db = tmp_path / "results.sqlite"
+    result = finished_run(char_tokenizer)
+    save_run(db, result)
+    exported = export_run(db, result.run_id, tmp_path / "exported")
+    written = write_run(result, tmp_path / "cli")
+    assert set(exported) == set(written) == {"summary", "requests"}
+    for name, path in exported.items():
+        assert path.exists()
+        assert path.read_bytes() == written[name].read_bytes(), name
+    assert len(exported["requests"].read_text().splitlines()) == 1 + 2 * (2 * 1 + 2 * 2)
+
+
+@pytest.mark.parametrize("make, status", [(cancelled_run, "cancelled"), (failed_run, "failed")])
+def test_partial_runs_are_saved(tmp_path, char_tokenizer, make, status):
+    db = tmp_path / "results.sqlite"
+    result = make(char_tokenizer)
+    assert result.status == status
+    save_run(db, result)
+    assert [r["status"] for r in list_runs(db)] == [status]
+    summary = load_summary(db, result.run_id)
+    assert summary["status"] == status and summary["runs"]
+    assert summary["runs"][0]["engine"] == "hf" and summary["runs"][0]["requests"] >= 1
+    if status == "failed":
+        assert "engine died" in summary["error"]
+    csv_lines = export_run(db, result.run_id, tmp_path / "out")["requests"].read_text().splitlines()
+    assert len(csv_lines) > 1
+
+
+def test_saving_again_updates_the_run(tmp_path, char_tokenizer):
+    db = tmp_path / "results.sqlite"
+    engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
+    result = fake_result(plan(), engines)
+    save_run(db, result)  # as the run starts: no level yet
+    assert load_summary(db, result.run_id)["status"] == "running"
+    asyncio.run(execute(result.plan, engines, char_tokenizer, result))
+    save_run(db, result)
+    rows = list_runs(db)
+    assert len(rows) == 1 and rows[0]["status"] == "ok"
+    assert len(load_summary(db, result.run_id)["runs"]) == 4
