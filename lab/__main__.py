@@ -10,6 +10,11 @@ run fails or is interrupted: what was measured is kept). Exit codes: 0 ok, 1 fai
 
 loads both engines, decodes the agreement prompts greedily on each and prints how far they agree;
 exit 0 when they agree (or the check is skipped for dummy weights), 1 when not, 2 on bad input.
+
+    python -m lab experiment waste --out results/waste [--param users=5 ...]
+
+runs one KV-cache experiment (lab/experiments/) and writes DIR/experiment.json (+ experiment.csv),
+also when it fails or is interrupted; exit codes as for bench.
 vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
@@ -23,6 +28,7 @@ import os
 import sys
 
 from lab.config import ENGINE_NAMES, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.experiments import EXPERIMENTS
 from lab.load.workloads import WORKLOADS
 from lab.status import RunStatus
 
@@ -52,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the agreement as JSON")
     check.add_argument("--engines", default=",".join(ENGINE_NAMES))
     add_engine_args(check)
+    exp = sub.add_parser("experiment", help="run one KV-cache experiment (why paged KV wins)")
+    exp.add_argument("name", help="one of: " + ", ".join(EXPERIMENTS))
+    exp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="an experiment parameter (repeatable), e.g. users=5 or users=1,5,10")
+    exp.add_argument("--out", default=None, help="folder for experiment.json (default results/NAME)")
+    add_engine_args(exp)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     env.add_argument("--engines", default=",".join(ENGINE_NAMES))
@@ -243,6 +255,48 @@ def run_bench(args: argparse.Namespace) -> int:
     return asyncio.run(bench(plan, args.out, check))
 
 
+def run_experiment_cli(args: argparse.Namespace) -> int:
+    """Validate the experiment's parameters and the session (exit 2), then run it and write its files."""
+    from lab.experiments import module, parse_pairs, parse_params, validate
+    from lab.session import check_session
+
+    params = parse_params(args.name, parse_pairs(" ".join(args.param)))
+    config, engines = engine_config_from(args), module(args.name).ENGINES
+    validate(args.name, params, config)
+    check = check_session(config, engines)
+    return asyncio.run(experiment(args.name, params, config, engines, check, args.out or f"results/{args.name}"))
+
+
+async def experiment(name: str, params, config: EngineConfig, engines, check, out: str) -> int:
+    """Start the engines it needs, run it, print its fields, write and store it (also when it fails)."""
+    from lab.experiments import new_result, run_experiment, write_experiment
+    from lab.session import LabSession
+    from lab.store import default_db_path, save_experiment
+
+    session = LabSession(config, engines, check)
+    result = None
+    try:
+        await session.start()
+        print_agreement(session)
+        result = new_result(session, name, params)
+        await run_experiment(session, name, params, result,
+                             lambda r: log.info("%s: %s", name, r.message))
+    except Exception as exc:
+        log.exception("experiment failed")
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        if result is not None:
+            paths = write_experiment(result, out)
+            save_experiment(default_db_path(), result)
+            print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("series", "versions",
+                                                                                       "engine_args", "device")},
+                             indent=2, default=str))
+            print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
+            print("wrote " + " and ".join(str(p) for p in paths.values()))
+        await session.stop()
+    return 0 if result is not None and result.status == RunStatus.OK else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
@@ -253,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(build_embedded_model())
         return 0
-    commands = {"env": run_env, "check": run_check, "bench": run_bench}
+    commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

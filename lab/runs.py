@@ -47,6 +47,11 @@ class LevelResult:
     error: str = ""
     summary: LevelSummary | None = None
     kv: dict = field(default_factory=dict)
+    sent: list[RequestRecord] = field(default_factory=list)  # every request sent, filling in live
+
+    def in_flight(self) -> list[RequestRecord]:
+        """Requests sent and not yet ended (their records grow as tokens arrive)."""
+        return [r for r in self.sent if r.end_s is None]
 
     def finish(self, info: EngineInfo | None, status: RunStatus, error: str = "") -> None:
         """Close the level: compute its summary and KV figures."""
@@ -209,7 +214,8 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
 
     sampler = asyncio.ensure_future(_collect_samples(engine, level, observers, result))
     try:
-        await run_users(engine, level_requests(tokenizer, plan, users), users, load.duration_s, on_record)
+        await run_users(engine, level_requests(tokenizer, plan, users), users, load.duration_s, on_record,
+                        level.sent.append)
     finally:
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)

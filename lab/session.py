@@ -8,6 +8,7 @@ before HF loads beside it), runs plans, and stops them. The CLI, the UI and the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -141,6 +142,13 @@ class LabSession:
         if name == "hf":  # a static batch would left-pad them
             return [await complete_ids(engine, r) for r in requests]
         return list(await asyncio.gather(*(complete_ids(engine, r) for r in requests)))
+
+    @functools.cached_property
+    def model_config(self):
+        """The model's HF config (layers, heads, head dim: what its KV cache is made of)."""
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(self.check.model_path)
 
     def new_result(self, plan: RunPlan) -> RunResult:
         """An empty RunResult for ``plan``, stamped with model, device and versions."""

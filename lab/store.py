@@ -30,6 +30,17 @@ create table if not exists runs (
     requests_csv text not null
 )
 """
+EXPERIMENT_SCHEMA = """
+create table if not exists experiments (
+    experiment_id text primary key,
+    kind text not null,
+    started_at text not null,
+    status text not null,
+    model text not null,
+    device text not null,
+    result_json text not null
+)
+"""
 
 
 def default_db_path() -> Path:
@@ -42,6 +53,7 @@ def connect(db_path: str | Path) -> sqlite3.Connection:
     Path(db_path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(db_path, timeout=10)
     conn.execute(SCHEMA)
+    conn.execute(EXPERIMENT_SCHEMA)
     return conn
 
 
@@ -106,3 +118,20 @@ def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[st
     (out / "summary.json").write_text(json.dumps(json.loads(row[0]), indent=2))
     (out / "requests.csv").write_text(row[1])
     return {"summary": out / "summary.json", "requests": out / "requests.csv"}
+
+
+def save_experiment(db_path: str | Path, result) -> None:
+    """Insert or update a KV-cache experiment (kind = its name), partial ones too."""
+    data = result.to_dict()
+    row = (result.experiment_id, result.experiment, result.started_at, result.status, result.model,
+           result.device.get("name", result.device.get("kind", "?")), json.dumps(data, default=str))
+    with closing(connect(db_path)) as conn, conn:
+        conn.execute("insert or replace into experiments values (?,?,?,?,?,?,?)", row)
+
+
+def list_experiments(db_path: str | Path, kind: str | None = None) -> list[dict]:
+    """Stored experiments, newest first (of one kind if given), as experiment.json dicts."""
+    query = "select result_json from experiments" + (" where kind = ?" if kind else "") + " order by started_at desc"
+    with closing(connect(db_path)) as conn:
+        rows = conn.execute(query, (kind,) if kind else ()).fetchall()
+    return [json.loads(text) for (text,) in rows]

@@ -32,6 +32,7 @@ from lab.load.workloads import WORKLOADS
 from lab.plots import compare_figure, compare_ratio_figure, latency_table
 from lab.runs import RUNNING, summary_dict
 from lab.store import export_run, list_runs, load_summary
+from lab.ui_kv import build_kv_tab
 
 INTRO = """# KV Lab — why vLLM outruns HF `generate()`
 One model, loaded twice in this process: **HF transformers** with static batching (a padded batch runs until
@@ -171,7 +172,9 @@ def build_app(host: LabHost) -> gr.Blocks:
         header = [gr.Markdown(host.status.text(), elem_id="load-status"),
                   gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning")]
         with gr.Tabs():
-            load, results, env = _load_tab(host), _results_tab(), _environment_tab()
+            load = _load_tab(host)
+            build_kv_tab(host, TICK_S, QUIET)
+            results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         _wire_timer(handlers, header, load, results, env)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")

@@ -1,6 +1,7 @@
 """The dashboard: its agreement text (pure, fast), then the real app with the real engines (CPU) through
 gradio_client and in headless Chromium (marked ui)."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -248,3 +249,77 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.result.run_id in stored and "cancelled" in stored[host.result.run_id]
     first.close()
     second.close()
+
+
+# -- the KV cache tab -----------------------------------------------------------------------------------
+def test_kv_parameters_split_on_whitespace_only_so_tuples_keep_their_commas():
+    from lab.ui_kv import parse_pairs
+
+    assert parse_pairs("users=1,5  output_len=24, workload=mixed") == {
+        "users": "1,5", "output_len": "24", "workload": "mixed"}
+    assert parse_pairs("") == {}
+    with pytest.raises(ValueError, match="'5' is not key=value"):
+        parse_pairs("users=1, 5")
+    with pytest.raises(ValueError, match="users is given twice"):
+        parse_pairs("users=1 users=2")
+
+
+def open_kv_tab(browser, url, **options):
+    """A new page on the app's KV cache tab, once the engines are ready."""
+    page = open_ready(browser, url, **options)
+    page.get_by_role("tab", name="KV cache").click()
+    page.wait_for_selector("#kv-run", state="visible")
+    return page
+
+
+def run_kv(page, name, params):
+    """Choose an experiment (its hint follows), type its parameters and press Run."""
+    page.click("#kv-experiment input")
+    page.get_by_role("option", name=f"{name}: ").click()
+    wait_text(page, "#kv-params-hint", f"{name} takes (defaults)", 20)
+    page.fill("#kv-params textarea", params)
+    page.click("#kv-run")
+
+
+@pytest.mark.ui
+def test_kv_tab_bad_parameters_show_an_input_error_and_nothing_starts(served, browser):
+    from lab.experiments import module
+
+    host, url = served
+    before = host.experiment
+    page = open_kv_tab(browser, url)
+    run_kv(page, "preemption", "kv_blocks=1")
+    hint = page.inner_text("#kv-params-hint")  # the dropdown's choice: its Params' fields
+    assert all(f.name in hint for f in dataclasses.fields(module("preemption").Params)), hint
+    wait_text(page, "#kv-message", "Input error", 20)
+    assert "kv_blocks" in page.inner_text("#kv-message")
+    assert host.experiment is before and not host.running()
+    page.close()
+
+
+LIVE_GRID_IN_USE = """() => {
+    const e = document.querySelector('#kv-live');
+    const m = e && e.innerText.match(/DERIVED from token counts: (\\d+)\\//);
+    return m !== null && Number(m[1]) > 0;
+}"""
+
+
+@pytest.mark.ui
+def test_kv_tab_runs_blocks_and_draws_the_live_grid(served, browser, tmp_path):
+    host, url = served
+    page = open_kv_tab(browser, url, viewport={"width": 1400, "height": 900})
+    run_kv(page, "blocks", "users=4 output_len=24")
+    wait_text(page, "#kv-message", "Experiment blocks", 30)
+    assert "started" in page.inner_text("#kv-message")
+    page.wait_for_function(LIVE_GRID_IN_USE, timeout=240_000)  # vLLM's level, drawn live with blocks held
+    wait_text(page, "#kv-progress", "status ok", 240)
+    wait_text(page, "#kv-fields", "num_blocks", 20)
+    fields = page.inner_text("#kv-fields")
+    assert '"agree"' in fields and '"series"' not in fields
+    assert "vLLM's count vs derived" in page.inner_text("#kv-figure")
+    assert page.eval_on_selector("#kv-figure", "e => e.querySelectorAll('g.trace').length") >= 2
+    assert host.experiment.fields["samples"] > 0
+    shot = Path(os.environ.get("KVLAB_KV_SCREENSHOT", tmp_path / "kv_blocks.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    page.close()

@@ -72,6 +72,8 @@ class EngineSample:
     preemptions_total: int = 0
     prefix_queries_total: int = 0
     prefix_hits_total: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache at this step
+    prefix_hits: int = 0  # of which found cached
 
 
 class SampleBuffer:
@@ -175,6 +177,11 @@ def kv_bytes_per_token(model_config, dtype: str) -> int:
     Returns:
         Bytes per token of KV cache.
     """
+    return kv_bytes_per_token_formula(model_config, dtype)[0]
+
+
+def kv_bytes_per_token_formula(model_config, dtype: str) -> tuple[int, str]:
+    """kv_bytes_per_token, with its formula written out in the model's numbers (for the waste experiment)."""
     def get(name):
         if isinstance(model_config, dict):
             return model_config.get(name)
@@ -182,8 +189,11 @@ def kv_bytes_per_token(model_config, dtype: str) -> int:
 
     text = get("text_config")
     if text is not None:
-        return kv_bytes_per_token(text, dtype)
+        return kv_bytes_per_token_formula(text, dtype)
     heads = get("num_attention_heads")
     head_dim = get("head_dim") or get("hidden_size") // heads
     kv_heads = get("num_key_value_heads") or heads
-    return 2 * get("num_hidden_layers") * kv_heads * head_dim * DTYPE_BYTES[dtype]
+    layers, size = get("num_hidden_layers"), DTYPE_BYTES[dtype]
+    total = 2 * layers * kv_heads * head_dim * size
+    return total, (f"2 (K and V) x {layers} layers x {kv_heads} KV heads x {head_dim} head dim x {size} bytes "
+                   f"({dtype}) = {total:,} bytes per token")

@@ -60,6 +60,8 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         kv_gib = DEFAULT_CPU_KV_GIB
     if kv_gib is not None:
         kwargs["kv_cache_memory_bytes"] = int(kv_gib * GIB)
+    if config.num_kv_blocks is not None:
+        kwargs["num_gpu_blocks_override"] = config.num_kv_blocks
     return kwargs
 
 
@@ -152,6 +154,23 @@ class VLLMEngine:
         except Exception as exc:
             raise RequestRejected(f"vLLM rejected the request: {exc}") from exc
 
+    async def sample(self, prompt_token_ids: tuple[int, ...], max_tokens: int, n: int, seed: int) -> list[list[int]]:
+        """n sampled answers (temperature 0.8, exact lengths) to one prompt in ONE request (parallel sampling).
+
+        For the sharing experiment: the lab's streaming path is greedy and one answer per request.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(n=n, max_tokens=max_tokens, ignore_eos=True, temperature=0.8, seed=seed,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        final = None
+        async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(prompt_token_ids)), params,
+                                                  f"sample-{next(self._ids)}"):
+            final = output
+        return [list(c.token_ids) for c in final.outputs] if final else []
+
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
@@ -165,6 +184,8 @@ class VLLMEngine:
         if scheduler_stats is None:
             return
         prefix = scheduler_stats.prefix_cache_stats
+        step_queries = prefix.queries if prefix is not None else 0
+        step_hits = prefix.hits if prefix is not None else 0
         if prefix is not None:
             self._totals["queries"] += prefix.queries
             self._totals["hits"] += prefix.hits
@@ -177,6 +198,7 @@ class VLLMEngine:
             kv_block_size=info.kv_block_size if info else None,
             preemptions_total=self._totals["preemptions"],
             prefix_queries_total=self._totals["queries"], prefix_hits_total=self._totals["hits"],
+            prefix_queries=step_queries, prefix_hits=step_hits,
         )
         self._samples.add(sample)
 

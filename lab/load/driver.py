@@ -58,12 +58,18 @@ class RequestRecord:
         return len(self.token_times_s)
 
 
-async def send(engine: Engine, request: GenRequest, users: int, user_id: int) -> RequestRecord:
-    """Run one request to its end and record it; never raises (a cancelled request is recorded too)."""
+async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
+               on_send: Callable[[RequestRecord], None] | None = None) -> RequestRecord:
+    """Run one request to its end and record it; never raises (a cancelled request is recorded too).
+
+    ``on_send`` gets the record as the request is sent; it fills in while tokens arrive (live views).
+    """
     record = RequestRecord(
         engine=engine.name, users=users, user_id=user_id, request_id=request.request_id,
         send_s=time.perf_counter(), prompt_tokens=request.prompt_len, max_tokens=request.max_tokens,
     )
+    if on_send is not None:
+        on_send(record)
     try:
         problem = engine.check(request)
         if problem:
@@ -88,7 +94,8 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int) ->
 
 async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
                     duration_s: float | None = None,
-                    on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+                    on_record: Callable[[RequestRecord], None] | None = None,
+                    on_send: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
     """Drive ``users`` closed-loop users over a shared request queue until it or the time runs out.
 
     Args:
@@ -97,6 +104,7 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
         users: Number of concurrent users.
         duration_s: Stop sending new requests after this long (in-flight ones finish).
         on_record: Called with each finished record (progress observers).
+        on_send: Called with each record as its request is sent (it fills in live).
 
     Returns:
         One record per request sent, in finishing order. If the task is cancelled, in-flight requests
@@ -112,7 +120,7 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
 
     async def user(user_id: int) -> None:
         for request in requests:
-            task = asyncio.ensure_future(send(engine, request, users, user_id))
+            task = asyncio.ensure_future(send(engine, request, users, user_id, on_send))
             try:
                 record = await asyncio.shield(task)
             except asyncio.CancelledError:

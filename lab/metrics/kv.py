@@ -8,9 +8,11 @@ real = the part holding the requests' own prompt and output tokens; waste = 1 - 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from lab.engines.base import EngineSample
+from lab.load.driver import RequestRecord
 
 
 def used_blocks(sample: EngineSample) -> int | None:
@@ -55,3 +57,64 @@ def kv_summary(samples: Sequence[EngineSample], num_blocks: int | None = None,
         "peak_real_bytes": max(s.kv_real_bytes for s in hf),
         "waste_at_peak": waste,
     }
+
+
+# -- memory waste over time (the "waste" and "blocks" experiments) ---------------------------------
+
+def tokens_held(record: RequestRecord, time_s: float) -> int:
+    """KV tokens a request holds at ``time_s``, as seen from its token arrivals: its prompt plus the
+    output tokens that arrived before then, from its first token until it ended (0 otherwise: still
+    waiting or in its first step, or done)."""
+    if record.first_token_s is None or time_s <= record.first_token_s:
+        return 0
+    if record.end_s is not None and record.end_s < time_s:
+        return 0
+    return record.prompt_tokens + sum(1 for t in record.token_times_s if t < time_s)
+
+
+def blocks_held(record: RequestRecord, time_s: float, block_size: int) -> int:
+    """vLLM blocks a request's tokens fill at ``time_s`` (a partly filled last block counts whole)."""
+    return -(-tokens_held(record, time_s) // block_size)
+
+
+def vllm_usage_series(samples: Sequence[EngineSample], records: Sequence[RequestRecord]) -> list[tuple]:
+    """(time, allocated tokens, real tokens, used blocks, derived blocks, running) at every vLLM sample.
+
+    Allocated = vLLM's used blocks (kv_usage x total, its own statistic) x block size; real = the tokens
+    the requests hold after that engine step; derived blocks = those tokens cut into blocks per request,
+    the picture the "blocks" experiment draws and checks against vLLM's count. A step's statistics reach
+    the lab just before its tokens do, so a step's tokens are those that arrived before the next sample.
+    """
+    rows = []
+    usable = [s for s in samples if used_blocks(s) is not None and s.kv_block_size]
+    nexts = [s.time_s for s in usable[1:]] + [float("inf")]
+    for s, after in zip(usable, nexts, strict=True):
+        real = sum(tokens_held(r, after) for r in records)
+        derived = sum(blocks_held(r, after, s.kv_block_size) for r in records)
+        rows.append((s.time_s, used_blocks(s) * s.kv_block_size, real, used_blocks(s), derived, s.running))
+    return rows
+
+
+def hf_usage_series(samples: Sequence[EngineSample], bytes_per_token: int) -> list[tuple]:
+    """(time, reserved tokens, real tokens) at every HF sample (bytes / bytes per token)."""
+    return [(s.time_s, s.kv_reserved_bytes // bytes_per_token, s.kv_real_bytes // bytes_per_token)
+            for s in samples if s.kv_reserved_bytes is not None]
+
+
+def waste_stats(series: Sequence[tuple]) -> dict:
+    """Waste of a (time, held, real, ...) series: at the peak of what was held, and time-weighted.
+
+    peak: 1 - real / held at the sample where the engine held the most memory.
+    mean: 1 - (integral of real) / (integral of held) over the series, each sample holding until the next
+    (so it is the share of memory x time that held no real token).
+    """
+    held_rows = [row for row in series if row[1] > 0]
+    if not held_rows:
+        return {"peak": None, "mean": None, "peak_held_tokens": 0}
+    top = max(held_rows, key=lambda row: row[1])
+    held = real = 0.0
+    for row, nxt in itertools.pairwise(series):
+        dt = nxt[0] - row[0]
+        held, real = held + row[1] * dt, real + min(row[2], row[1]) * dt
+    return {"peak": max(0.0, 1 - top[2] / top[1]), "mean": (1 - real / held) if held else None,
+            "peak_held_tokens": top[1]}

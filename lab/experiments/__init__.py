@@ -1,0 +1,195 @@
+"""KV-cache experiments: why paged KV wins, each measured on the engines of a running session.
+
+One module per experiment (waste, blocks, prefix, phases, preemption, sharing, memory). Each has a ``Params``
+dataclass validated on construction (ValueError naming the value and the limit, before any engine is
+touched) and ``async run(session, params, result)`` that fills an ExperimentResult as it goes: the
+measured ``fields`` (named as the README lists them), ``rows`` for a CSV, ``series`` for its figure, and
+the live load run where there is one. The CLI (``python -m lab experiment NAME``), the dashboard's
+KV cache tab and the notebooks all call ``run_experiment`` and draw with lab.plots_kv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.environment import read_device, versions
+from lab.runs import RunResult
+from lab.status import RunStatus
+
+log = logging.getLogger(__name__)
+
+EXPERIMENTS = {
+    "waste": "KV memory held vs holding real tokens: HF's contiguous batches against vLLM's blocks",
+    "blocks": "vLLM's KV pool as a grid of blocks per request, derived and checked against vLLM's count",
+    "prefix": "a long shared block first vs last in the prompt: prefix-cache hit rate and TTFT",
+    "phases": "prefill-bound vs decode-bound work at several user levels: what concurrency buys",
+    "preemption": "a deliberately small KV pool under many users: vLLM's preemptions, against a normal pool",
+    "sharing": "parallel sampling (n=4) of one prompt vs four separate requests: shared KV blocks",
+    "memory": "the memory plan: vLLM's fraction of TOTAL memory and what it buys in KV blocks",
+}
+
+
+def module(name: str):
+    """The experiment's module (lab.experiments.NAME)."""
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
+    return importlib.import_module(f"lab.experiments.{name}")
+
+
+def parse_params(name: str, values: dict[str, Any]) -> Any:
+    """The experiment's Params from loose values (CLI strings, form numbers), validated.
+
+    Args:
+        name: Experiment name.
+        values: Field name -> value; strings are converted to the field's type ('1,5' for tuples).
+
+    Returns:
+        A validated Params instance.
+
+    Raises:
+        ValueError: unknown field, unconvertible value, or a value past its limit.
+    """
+    params_cls = module(name).Params
+    known = {f.name: f for f in dataclasses.fields(params_cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{name}: unknown parameter {unknown[0]!r}; known: {', '.join(known)}")
+    converted = {k: _convert(k, v, str(known[k].type)) for k, v in values.items() if v not in (None, "")}
+    return params_cls(**converted)
+
+
+def parse_pairs(text: str) -> dict[str, str]:
+    """``'users=4 output_len=24'`` -> ``{'users': '4', 'output_len': '24'}``.
+
+    Pairs are split on whitespace only, so a comma stays inside its value (``users=1,5`` is one tuple);
+    a comma trailing a pair (``users=4, output_len=24``) is dropped.
+
+    Raises:
+        ValueError: a word that is not key=value, or a key given twice.
+    """
+    values: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.rstrip(",").partition("=")
+        if not sep or not key:
+            raise ValueError(f"{word!r} is not key=value (pairs are separated by spaces: users=1,5 output_len=24)")
+        if key in values:
+            raise ValueError(f"{key} is given twice")
+        values[key] = value
+    return values
+
+
+def validate(name: str, params: Any, config) -> None:
+    """Every rule that needs the engine config too (lengths vs max_model_len, block sizes), before loading.
+
+    Raises:
+        ValueError: naming the value and the limit.
+    """
+    module(name).check(params, config)
+
+
+def _convert(key: str, value: Any, annotation: str) -> Any:
+    """A loose value as the field's annotated type ('int | None', 'tuple[int, ...]', 'float', 'str')."""
+    if not isinstance(value, str):
+        return tuple(value) if annotation.startswith("tuple") else value
+    try:
+        if annotation.startswith("tuple"):
+            return tuple(int(v) for v in value.replace(",", " ").split())
+        for name, kind in (("bool", lambda v: v.lower() in ("1", "true", "yes", "on")), ("int", int),
+                           ("float", float)):
+            if annotation.startswith(name):
+                return kind(value)
+    except ValueError:
+        kind = next((w for t, w in (("tuple", "list of whole numbers like 1,5"), ("int", "whole number"),
+                                    ("float", "number")) if annotation.startswith(t)), annotation)
+        raise ValueError(f"{key}: {value!r} is not a {kind}") from None
+    return value
+
+
+@dataclass
+class ExperimentResult:
+    """One experiment, live while it runs and kept (partial) when it fails or is cancelled."""
+
+    experiment: str
+    params: Any
+    model: str
+    device: dict
+    versions: dict
+    engine_args: dict = field(default_factory=dict)
+    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    status: RunStatus = RunStatus.RUNNING
+    error: str = ""
+    message: str = "starting"
+    fields: dict = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    series: dict = field(default_factory=dict)
+    run: RunResult | None = None  # the load run underneath, for live views
+
+    def to_dict(self) -> dict:
+        """As experiment.json holds it."""
+        return {"experiment": self.experiment, "experiment_id": self.experiment_id, "started_at": self.started_at,
+                "status": self.status, "error": self.error, "params": dataclasses.asdict(self.params),
+                "model": self.model, "device": self.device, "engine_args": self.engine_args,
+                "versions": self.versions, **self.fields, "series": self.series}
+
+
+def new_result(session, name: str, params: Any) -> ExperimentResult:
+    """An empty result stamped with the session's model, device, engine args and versions."""
+    return ExperimentResult(experiment=name, params=params, model=session.check.model,
+                            device=read_device(session.check.device).to_dict(), versions=versions(),
+                            engine_args={n: i.args for n, i in session.info.items()})
+
+
+async def run_experiment(session, name: str, params: Any, result: ExperimentResult | None = None,
+                         on_update=None) -> ExperimentResult:
+    """Run one experiment on a started session; never loses what it measured.
+
+    Args:
+        session: A started LabSession (the engines the experiment needs must be loaded).
+        name: Experiment name.
+        params: Its validated Params.
+        result: The result to fill (created by the caller to watch it live), else a new one.
+        on_update: Called with the result whenever it changed (progress).
+
+    Returns:
+        The result with status ok, failed (error set) or cancelled.
+    """
+    validate(name, params, session.config)
+    result = result or new_result(session, name, params)
+    notify = on_update or (lambda r: None)
+    try:
+        await module(name).run(session, params, result, notify)
+        result.status, result.message = RunStatus.OK, "done"
+    except asyncio.CancelledError:
+        result.status, result.message = RunStatus.CANCELLED, "cancelled: what was measured is kept"
+    except Exception as exc:
+        log.exception("experiment %s failed", name)
+        result.status, result.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+        result.message = f"failed: {result.error} (what was measured is kept)"
+    notify(result)
+    return result
+
+
+def write_experiment(result: ExperimentResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write DIR/experiment.json and, where rows fit a table, DIR/experiment.csv."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "experiment.json"}
+    paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if result.rows:
+        paths["csv"] = out / "experiment.csv"
+        with paths["csv"].open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(result.rows[0]))
+            writer.writeheader()
+            writer.writerows(result.rows)
+    return paths

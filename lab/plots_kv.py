@@ -1,0 +1,199 @@
+"""Figures of the KV-cache experiments (lab/experiments), shared by the KV cache tab and the notebooks.
+
+One figure function per experiment (``experiment_figure`` picks it), plus the live pictures of the
+blocks experiment: vLLM's pool as a grid of blocks per request (derived, and titled so) and HF's
+contiguous slab for its current batch. Every number drawn comes from the experiment's result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import plotly.graph_objects as go
+
+from lab.experiments.blocks import derive_grid
+from lab.metrics.kv import used_blocks
+from lab.plots import ENGINE_COLORS, _layout
+
+FREE = "#f4f4f4"
+PALETTE = ["#17bebb", "#e4572e", "#76b041", "#ffc914", "#2e282a", "#8f3985", "#3d5a80", "#ee6c4d",
+           "#98c1d9", "#a44a3f", "#5b8e7d", "#f4a259"]
+
+
+def experiment_figure(result) -> go.Figure:
+    """The figure of any experiment result (an empty titled figure until it has data)."""
+    draw = FIGURES.get(result.experiment)
+    return draw(result) if draw else _layout(go.Figure(), result.experiment, "", "")
+
+
+def waste_figure(result) -> go.Figure:
+    """Held vs real KV tokens over time, per engine, with each engine's time-weighted waste."""
+    fig = go.Figure()
+    for engine, rows in result.series.items():
+        if not rows:
+            continue
+        waste = result.fields.get(engine, {}).get("waste_pct", {}).get("mean")
+        label = "HF" if engine == "hf" else "vLLM"
+        xs = [r[0] for r in rows]
+        fig.add_trace(go.Scatter(x=xs, y=[r[1] for r in rows], mode="lines", line_shape="hv",
+                                 name=f"{label}: held ({waste}% wasted, time-weighted)",
+                                 line=dict(color=ENGINE_COLORS[engine])))
+        fig.add_trace(go.Scatter(x=xs, y=[r[2] for r in rows], mode="lines", line_shape="hv",
+                                 name=f"{label}: real tokens", line=dict(color=ENGINE_COLORS[engine], dash="dot")))
+    return _layout(fig, "KV memory held vs holding real tokens", "seconds since run start", "tokens")
+
+
+def blocks_check_figure(result) -> go.Figure:
+    """vLLM's own used blocks against the count derived from the requests' tokens, at every step."""
+    rows = result.series.get("check", [])
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[r[0] for r in rows], y=[r[1] for r in rows], mode="lines", line_shape="hv",
+                             name="vLLM's used blocks (1 - free/total)", line=dict(color=ENGINE_COLORS["vllm"])))
+    fig.add_trace(go.Scatter(x=[r[0] for r in rows], y=[r[2] for r in rows], mode="lines", line_shape="hv",
+                             name="derived from token counts", line=dict(color="#2e282a", dash="dot")))
+    agree = result.fields.get("agree")
+    return _layout(fig, f"Blocks: vLLM's count vs derived (agree within 1 per running request: {agree})",
+                   "seconds since run start", "blocks")
+
+
+def prefix_figure(result) -> go.Figure:
+    """Prefix-cache hit rate and TTFT p50 with the constant block first vs last."""
+    orders = [o for o in ("first", "last") if o in result.fields]
+    hit = [100 * (result.fields[o]["hit_rate"] or 0) for o in orders]
+    ttft = [1000 * (result.fields[o]["ttft_p50_s"] or 0) for o in orders]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=[f"constant block {o}" for o in orders], y=hit, name="prefix-cache hit rate (%)",
+                         text=[f"{v:.0f}%" for v in hit], marker_color=ENGINE_COLORS["vllm"]))
+    fig.add_trace(go.Bar(x=[f"constant block {o}" for o in orders], y=ttft, name="TTFT p50 (ms)",
+                         text=[f"{v:.0f} ms" for v in ttft], marker_color="#2e282a"))
+    fig.update_layout(barmode="group")
+    return _layout(fig, "Prefix caching: where the constant block goes", "", "% / ms")
+
+
+def phases_figure(result) -> go.Figure:
+    """Output tok/s against users, per engine and workload (prefill-bound solid, decode-bound dashed)."""
+    fig = go.Figure()
+    for workload, engines in result.fields.items():
+        for engine, data in engines.items():
+            levels = sorted(data["tok_s"], key=int)
+            gain = data["gain"]
+            fig.add_trace(go.Scatter(
+                x=[int(u) for u in levels], y=[data["tok_s"][u] for u in levels], mode="lines+markers",
+                name=f"{'HF' if engine == 'hf' else 'vLLM'} {workload}-bound (x{gain:.1f})" if gain else engine,
+                line=dict(color=ENGINE_COLORS.get(engine), dash="solid" if workload == "prefill" else "dash")))
+    return _layout(fig, "What concurrency buys: prefill- vs decode-bound", "concurrent users", "output tok/s")
+
+
+def preemption_figure(result) -> go.Figure:
+    """vLLM's preemptions (cumulative) and waiting requests over time, small pool vs normal pool."""
+    fig = go.Figure()
+    for (pool, rows), color in zip(result.series.items(), PALETTE, strict=False):
+        xs = [r[0] for r in rows]
+        fig.add_trace(go.Scatter(x=xs, y=[r[2] for r in rows], mode="lines", line_shape="hv",
+                                 name=f"{pool}: preemptions", line=dict(color=color)))
+        fig.add_trace(go.Scatter(x=xs, y=[r[1] for r in rows], mode="lines", line_shape="hv",
+                                 name=f"{pool}: waiting", line=dict(color=color, dash="dot")))
+    return _layout(fig, "Preemption: a small KV pool under load", "seconds since the pool's first request", "count")
+
+
+def sharing_figure(result) -> go.Figure:
+    """Peak KV blocks per variant against n unshared copies, with tok/s printed."""
+    variants = {k: v for k, v in result.fields.items() if isinstance(v, dict)}
+    labels = [f"{v['peak_blocks']} blocks, {v['output_tok_s']:.0f} tok/s" for v in variants.values()]
+    fig = go.Figure(go.Bar(x=list(variants), y=[v["peak_blocks"] for v in variants.values()], text=labels,
+                           marker_color=ENGINE_COLORS["vllm"], name="peak used blocks (vLLM's count)"))
+    unshared = result.fields.get("unshared_blocks_estimate")
+    if unshared:
+        fig.add_hline(y=unshared, line_dash="dot", annotation_text=f"n unshared copies: {unshared} blocks")
+    return _layout(fig, "Block sharing: n answers from one prompt", "", "blocks")
+
+
+def memory_figure(result) -> go.Figure:
+    """The device's memory as the plan splits it: weights, vLLM's KV, what is left (GiB)."""
+    f = result.fields
+    gib = 1024**3
+    if f.get("refused") or "kv_bytes_planned" not in f:
+        return _layout(go.Figure(), f"Refused: {f.get('reason', 'not planned yet')}", "", "GiB")
+    parts = {"model weights": f["weights_bytes"], "vLLM KV cache (planned)": f["kv_bytes_planned"],
+             "rest of the device": max(0, f["total_bytes"] - f["weights_bytes"] - f["kv_bytes_planned"])}
+    fig = go.Figure()
+    for (name, value), color in zip(parts.items(), PALETTE, strict=False):
+        fig.add_trace(go.Bar(x=[value / gib], y=[f["device"]], orientation="h", name=name, marker_color=color,
+                             text=f"{value / gib:.2f} GiB"))
+    fig.update_layout(barmode="stack")
+    title = (f"{f['kv_blocks_planned']:,} blocks of {f['block_size']} tokens = "
+             f"{f['max_len_requests_at_once']} requests of {f['max_model_len']} tokens at once")
+    return _layout(fig, title, "GiB", "")
+
+
+def live_blocks_figure(result) -> go.Figure:
+    """The live picture of the engine running now: vLLM's pool as blocks per request, or HF's slab."""
+    run = result.run if result is not None else None
+    level = run.levels[-1] if run is not None and run.levels else None
+    if level is None:
+        return _layout(go.Figure(), "KV pool: nothing running yet", "", "")
+    if level.engine == "hf":
+        return hf_slab_figure(level)
+    info = run.engine_info.get("vllm")
+    return block_grid_figure(level, info.kv_block_size, info.kv_total_blocks)
+
+
+def block_grid_figure(level, block_size: int, num_blocks: int, width: int = 32) -> go.Figure:
+    """vLLM's pool as a grid, one cell per block, coloured by the request that holds it (derived).
+
+    While the level runs the picture is of now; once it ended, of the step where vLLM used most blocks.
+    """
+    when, sample, moment = _picture_moment(level)
+    cells = derive_grid(level.sent, when, block_size, num_blocks)
+    owners = {rid: i for i, rid in enumerate(dict.fromkeys(c for c in cells if c))}
+    z = [owners[c] + 1 if c else 0 for c in cells] + [None] * (-len(cells) % width)
+    rows = [z[i:i + width] for i in range(0, len(z), width)]
+    hover = [[(cells[i + j] or "free") if i + j < len(cells) else "" for j in range(width)]
+             for i in range(0, len(z), width)]
+    fig = go.Figure(go.Heatmap(z=rows, text=hover, hoverinfo="text", showscale=False, xgap=1, ygap=1,
+                               colorscale=_steps(len(owners)), zmin=-0.5, zmax=len(owners) + 0.5))
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    used = sum(1 for c in cells if c)
+    own = used_blocks(sample) if sample is not None else "no step yet"
+    plural = "request" if len(owners) == 1 else "requests"
+    return _layout(fig, f"vLLM KV pool {moment}, DERIVED from token counts: {used}/{num_blocks} blocks of "
+                        f"{block_size} for {len(owners)} {plural} (vLLM's own count: {own})", "", "")
+
+
+def _steps(owners: int) -> list:
+    """A stepped colour scale: value 0 is a free block, value k the k-th request's colour."""
+    colors = [FREE] + [PALETTE[k % len(PALETTE)] for k in range(owners)]
+    n = len(colors)
+    return [stop for i, c in enumerate(colors) for stop in ([i / n, c], [(i + 1) / n, c])]
+
+
+def _picture_moment(level) -> tuple:
+    """(time to derive at, the vLLM sample it matches, words): now while running, else vLLM's peak step."""
+    samples = [s for s in level.samples if s.kv_usage is not None]
+    if level.status == "running" or not samples:
+        return time.perf_counter(), samples[-1] if samples else None, "now"
+    peak = max(range(len(samples)), key=lambda i: samples[i].kv_usage)
+    after = samples[peak + 1].time_s if peak + 1 < len(samples) else float("inf")
+    return after, samples[peak], "at its fullest step"
+
+
+def hf_slab_figure(level) -> go.Figure:
+    """HF's contiguous KV slab for its current batch: real tokens vs padding and finished rows."""
+    samples = [s for s in level.samples if s.kv_reserved_bytes is not None]
+    last = samples[-1] if samples else None
+    reserved = last.kv_reserved_bytes if last else 0
+    real = last.kv_real_bytes if last else 0
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=[real / 2**20], y=["current batch"], orientation="h", name="real tokens",
+                         marker_color=ENGINE_COLORS["hf"]))
+    fig.add_trace(go.Bar(x=[(reserved - real) / 2**20], y=["current batch"], orientation="h",
+                         name="padding and finished rows", marker_color="#f2c4b5"))
+    fig.update_layout(barmode="stack")
+    batch = last.running if last else 0
+    return _layout(fig, f"HF static batch of {batch}: one contiguous KV slab (MiB)", "MiB", "")
+
+
+FIGURES = {"waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
+           "phases": phases_figure, "preemption": preemption_figure, "sharing": sharing_figure,
+           "memory": memory_figure}
