@@ -9,44 +9,18 @@ block ids are not exposed). The experiment checks the derived count against vLLM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from lab.config import LoadConfig, RunPlan
+from lab.experiments import waste
+from lab.experiments.waste import Params, run_load
 from lab.load.driver import RequestRecord
 from lab.metrics.kv import blocks_held, vllm_usage_series
 
-ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
-
-@dataclass(frozen=True)
-class Params:
-    """users: concurrent users; requests_per_user, workload, output_len (None: the workload's lengths)."""
-
-    users: int = 8
-    requests_per_user: int = 1
-    workload: str = "mixed"
-    output_len: int | None = None
-
-    def load(self) -> LoadConfig:
-        """The load config (it validates every value)."""
-        return LoadConfig(users=(self.users,), workload=self.workload, requests_per_user=self.requests_per_user,
-                          output_len=self.output_len, warmup_requests=1)
-
-    def __post_init__(self) -> None:
-        self.load()
-
-
-def check(params: Params, config) -> None:
-    """The workload's longest request must fit max_model_len (RunPlan's rule)."""
-    RunPlan(engines=ENGINES, load=params.load(), engine=config)
+ENGINES = waste.ENGINES  # the same load on both engines as the waste experiment, with its Params and rules
+check = waste.check
 
 
 async def run(session, params: Params, result, notify) -> None:
     """Run the workload on HF then vLLM (the live views draw both); then check the derived grid."""
-    plan = RunPlan(engines=("hf", "vllm"), load=params.load(), engine=session.config)
-    result.run = session.new_result(plan)
-    result.message = f"running {params.users} users on HF, then vLLM: watch the blocks"
-    notify(result)
-    await session.run(plan, result=result.run)
+    await run_load(session, params, result, notify, "on HF, then vLLM: watch the blocks")
     fill(session, result)
 
 

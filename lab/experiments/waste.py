@@ -15,6 +15,7 @@ from lab.metrics.kv import hf_usage_series, vllm_usage_series, waste_stats
 
 ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
 
+
 @dataclass(frozen=True)
 class Params:
     """users: concurrent users; requests_per_user, workload, output_len (None: the workload's lengths)."""
@@ -40,12 +41,17 @@ def check(params: Params, config) -> None:
 
 async def run(session, params: Params, result, notify) -> None:
     """Run the workload on HF then vLLM; fill the waste figures of each."""
-    plan = RunPlan(engines=("hf", "vllm"), load=params.load(), engine=session.config)
+    await run_load(session, params, result, notify, "on HF, then vLLM")
+    fill(session, result)
+
+
+async def run_load(session, params: Params, result, notify, what: str) -> None:
+    """The one load level both engines run (waste, blocks), kept in result.run for the live views."""
+    plan = RunPlan(engines=ENGINES, load=params.load(), engine=session.config)
     result.run = session.new_result(plan)
-    result.message = f"running {params.users} users of {params.workload!r} on HF, then vLLM"
+    result.message = f"running {params.users} users of {params.workload!r} {what}"
     notify(result)
     await session.run(plan, result=result.run)
-    fill(session, result)
 
 
 def fill(session, result) -> None:
