@@ -15,6 +15,11 @@ exit 0 when they agree (or the check is skipped for dummy weights), 1 when not, 
 
 runs one KV-cache experiment (lab/experiments/) and writes DIR/experiment.json (+ experiment.csv),
 also when it fails or is interrupted; exit codes as for bench.
+
+    python -m lab sweep max_num_seqs --values 1,4,16 --users 5 --out results/sweep
+
+restarts the knob's engine once per value and runs the same seeded requests on it; writes
+DIR/sweep.json and DIR/sweep.csv (finished values kept on failure or Ctrl-C); exit codes as for bench.
 vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
@@ -31,6 +36,7 @@ from lab.config import ENGINE_NAMES, EngineConfig, LoadConfig, RunPlan, parse_us
 from lab.experiments import EXPERIMENTS
 from lab.load.workloads import WORKLOADS
 from lab.status import RunStatus
+from lab.sweeps import KNOBS
 
 log = logging.getLogger("lab")
 
@@ -64,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an experiment parameter (repeatable), e.g. users=5 or users=1,5,10")
     exp.add_argument("--out", default=None, help="folder for experiment.json (default results/NAME)")
     add_engine_args(exp)
+    sweep = sub.add_parser("sweep", help="one engine knob over several values (one engine restart each)")
+    sweep.add_argument("knob", help="one of: " + ", ".join(KNOBS))
+    sweep.add_argument("--values", required=True, help="comma list, e.g. 1,4,16,64")
+    sweep.add_argument("--users", default="5", help="concurrent-user levels run at every value")
+    sweep.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
+    sweep.add_argument("--requests-per-user", type=int, default=2)
+    sweep.add_argument("--output-len", type=int, default=None, help="force every output length")
+    sweep.add_argument("--out", default=None, help="folder for sweep.json and sweep.csv (default results/sweep-KNOB)")
+    add_engine_args(sweep)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     env.add_argument("--engines", default=",".join(ENGINE_NAMES))
@@ -297,6 +312,44 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
     return 0 if result is not None and result.status == RunStatus.OK else 1
 
 
+def run_sweep_cli(args: argparse.Namespace) -> int:
+    """Validate the knob, every value and the load (exit 2), then sweep on the knob's engine alone."""
+    from lab.session import check_session
+    from lab.sweeps import SweepPlan, parse_values
+
+    if args.knob not in KNOBS:
+        raise ValueError(f"unknown knob {args.knob!r}; choose one of {', '.join(KNOBS)}")
+    load = LoadConfig(users=parse_users(args.users), workload=args.workload,
+                      requests_per_user=args.requests_per_user, output_len=args.output_len, warmup_requests=1)
+    plan = SweepPlan(knob=args.knob, values=parse_values(args.knob, args.values), load=load)
+    config = engine_config_from(args)
+    plan.check(config)
+    check = check_session(config, (plan.engine,))
+    return asyncio.run(sweep(plan, config, check, args.out or f"results/sweep-{args.knob}"))
+
+
+async def sweep(plan, config: EngineConfig, check, out: str) -> int:
+    """Start the knob's engine, sweep, print the points, write the files (also when it fails)."""
+    from lab.session import LabSession
+    from lab.sweeps import SweepResult, run_sweep, write_sweep
+
+    session = LabSession(config, (plan.engine,), check)
+    result = SweepResult(plan=plan, model=check.model)
+    try:
+        await session.start()
+        await run_sweep(session, plan, result, lambda r: log.info("sweep: %s", r.message))
+    except Exception as exc:
+        log.exception("sweep failed")
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        paths = write_sweep(result, out)
+        print(json.dumps(result.points, indent=2, default=str))
+        print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
+        print(f"wrote {paths['json']} and {paths['csv']}")
+        await session.stop()
+    return 0 if result.status == RunStatus.OK else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
@@ -307,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(build_embedded_model())
         return 0
-    commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli}
+    commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
+                "sweep": run_sweep_cli}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

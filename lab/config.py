@@ -91,8 +91,9 @@ class EngineConfig:
             raise ValueError(f"kv_cache_gib must be positive, not {self.kv_cache_gib}")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
-        if self.max_num_seqs < 1 or self.hf_max_batch_size < 1:
-            raise ValueError("max_num_seqs and hf_max_batch_size must be at least 1")
+        for name in ("max_num_seqs", "hf_max_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.hf_threads is not None and self.hf_threads < 1:
             raise ValueError(f"hf_threads must be at least 1, not {self.hf_threads}")
 

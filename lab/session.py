@@ -167,6 +167,16 @@ class LabSession:
         result = result or self.new_result(plan)
         return await execute(plan, self.engines, self.tokenizer, result, observers)
 
+    async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
+        """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
+        old = self.engines.pop(name, None)
+        if old is not None:
+            await old.stop()
+        engine = create_engine(name, config, self.check.model_path)
+        self.info[name] = await engine.start()
+        self.engines[name] = engine
+        return self.info[name]
+
     async def stop(self) -> None:
         """Stop every engine (vLLM's processes included)."""
         for name, engine in list(self.engines.items()):

@@ -114,3 +114,21 @@ def test_sharing_n_answers_share_the_prompts_blocks(lab):
     assert together["answers"] == 4 and together["output_tokens"] == 64
     assert 0 < one["peak_blocks"] and together["peak_blocks"] < result.fields["unshared_blocks_estimate"]
     assert result.fields["4 separate requests"]["answers"] == 4 and "beam search" in result.fields["beam_search"]
+
+
+def test_a_cancelled_experiment_keeps_what_it_measured(lab):
+    params = parse_params("waste", {"users": "4", "output_len": "64"})
+
+    async def cancel_during_vllm():
+        from lab.experiments import new_result
+
+        result = new_result(lab, "waste", params)
+        task = asyncio.ensure_future(run_experiment(lab, "waste", params, result))
+        while not (result.run and any(lvl.engine == "vllm" and lvl.records for lvl in result.run.levels)):
+            await asyncio.sleep(0.05)
+        task.cancel()
+        return await task
+
+    result = lab.loop.run_until_complete(cancel_during_vllm())
+    assert result.status == RunStatus.CANCELLED
+    assert result.fields["hf"]["waste_pct"]["mean"] is not None  # the finished HF level's figures are kept

@@ -172,12 +172,33 @@ async def run_experiment(session, name: str, params: Any, result: ExperimentResu
         result.status, result.message = RunStatus.OK, "done"
     except asyncio.CancelledError:
         result.status, result.message = RunStatus.CANCELLED, "cancelled: what was measured is kept"
+        salvage(session, name, result)
     except Exception as exc:
         log.exception("experiment %s failed", name)
         result.status, result.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
         result.message = f"failed: {result.error} (what was measured is kept)"
+        salvage(session, name, result)
     notify(result)
     return result
+
+
+def ended(run: RunResult) -> None:
+    """Raise what stopped a load run underneath an experiment (execute() keeps it as data)."""
+    if run.status == RunStatus.CANCELLED:
+        raise asyncio.CancelledError
+    if run.status == RunStatus.FAILED:
+        raise RuntimeError(run.error)
+
+
+def salvage(session, name: str, result: ExperimentResult) -> None:
+    """Compute the fields of a load run that stopped early from the levels it finished or began."""
+    fill = getattr(module(name), "fill", None)
+    if fill is None or result.run is None or result.fields:
+        return
+    try:
+        fill(session, result)
+    except Exception:  # noqa: BLE001 - too little was measured to compute anything: keep the raw run
+        log.info("experiment %s stopped before it measured enough to fill its fields", name)
 
 
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> dict[str, Path]:

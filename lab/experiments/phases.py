@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.config import LoadConfig, RunPlan
+from lab.experiments import ended
 
 WORKLOADS = ("prefill", "decode")
 
@@ -47,7 +48,7 @@ async def run(session, params: Params, result, notify) -> None:
         result.run = session.new_result(plan)
         result.message = f"{workload}-bound work at {', '.join(map(str, params.users))} users"
         notify(result)
-        await session.run(plan, result=result.run)
+        ended(await session.run(plan, result=result.run))
         result.fields[workload] = summarize(result.run)
         result.rows += [{"workload": workload, "engine": s.engine, "users": s.users,
                          "output_tok_s": s.output_tok_s, "ttft_p50_s": s.ttft_s.p50, "tpot_p50_s": s.tpot_s.p50}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lab.config import LoadConfig, RunPlan
 from lab.engines.base import kv_bytes_per_token_formula
+from lab.experiments import ended
 from lab.metrics.kv import hf_usage_series, vllm_usage_series, waste_stats
 
 ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
@@ -51,7 +52,7 @@ async def run_load(session, params: Params, result, notify, what: str) -> None:
     result.run = session.new_result(plan)
     result.message = f"running {params.users} users of {params.workload!r} {what}"
     notify(result)
-    await session.run(plan, result=result.run)
+    ended(await session.run(plan, result=result.run))
 
 
 def fill(session, result) -> None:
