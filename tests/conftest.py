@@ -22,6 +22,25 @@ def char_tokenizer():
     return CharTokenizer()
 
 
+def running_session(config, engines=("hf", "vllm")):
+    """A started LabSession on its own event loop (``session.loop``), stopped when the generator ends.
+
+    Modules that load the real engines wrap it in a module-scoped fixture:
+    ``yield from running_session(CONFIG)``.
+    """
+    import asyncio
+
+    from lab.session import LabSession
+
+    loop = asyncio.new_event_loop()
+    session = LabSession(config, engines)
+    loop.run_until_complete(session.start())
+    session.loop = loop
+    yield session
+    loop.run_until_complete(session.stop())
+    loop.close()
+
+
 def pytest_collection_modifyitems(config, items):
     """Run unit tests first, then the slow ones that load real engines, then the browser ones."""
     order = {"slow": 1, "ui": 2}

@@ -12,7 +12,7 @@ from lab.engines.base import GenRequest
 from lab.environment import has_amx
 from lab.load.driver import CANCELLED, ERROR, OK, complete_text, run_users
 from lab.load.workloads import chat_request
-from lab.session import LabSession
+from tests.conftest import running_session
 
 pytestmark = pytest.mark.slow
 CONFIG = EngineConfig(device="cpu", max_model_len=1024, kv_cache_gib=0.5)
@@ -21,13 +21,7 @@ CONFIG = EngineConfig(device="cpu", max_model_len=1024, kv_cache_gib=0.5)
 @pytest.fixture(scope="module")
 def lab():
     """Both engines started once, on one event loop that every test of this module reuses."""
-    loop = asyncio.new_event_loop()
-    session = LabSession(CONFIG, ("hf", "vllm"))
-    loop.run_until_complete(session.start())
-    session.loop = loop
-    yield session
-    loop.run_until_complete(session.stop())
-    loop.close()
+    yield from running_session(CONFIG)
 
 
 def run(lab, coro):

@@ -9,8 +9,8 @@ import pytest
 
 from lab.config import EngineConfig
 from lab.experiments import EXPERIMENTS, parse_params, run_experiment, validate, write_experiment
-from lab.session import LabSession
 from lab.status import RunStatus
+from tests.conftest import running_session
 
 pytestmark = pytest.mark.slow
 CONFIG = EngineConfig(device="cpu", kv_cache_gib=0.5)  # max_model_len 2048: the prefill preset's prompts fit
@@ -19,14 +19,8 @@ SHORT = EngineConfig(device="cpu", max_model_len=1024, kv_cache_gib=0.5)
 
 @pytest.fixture(scope="module")
 def lab():
-    """Both engines started once; every experiment of this module runs on them."""
-    loop = asyncio.new_event_loop()
-    session = LabSession(CONFIG, ("hf", "vllm"))
-    loop.run_until_complete(session.start())
-    session.loop = loop
-    yield session
-    loop.run_until_complete(session.stop())
-    loop.close()
+    """Both engines started once, on one event loop that every test of this module reuses."""
+    yield from running_session(CONFIG)
 
 
 def experiment(lab, name, **values):

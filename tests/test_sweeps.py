@@ -1,12 +1,12 @@
 """Sweeps: every value validated before any restart; on the real engines, one restart per value."""
 
-import asyncio
 
 import pytest
 
 from lab.config import EngineConfig, LoadConfig
 from lab.status import RunStatus
 from lab.sweeps import SweepPlan, SweepResult, parse_values, run_sweep, write_sweep
+from tests.conftest import running_session
 
 CPU = EngineConfig(device="cpu", max_model_len=512, kv_cache_gib=0.5)
 LOAD = LoadConfig(users=(2,), requests_per_user=1, workload="equal", output_len=8, warmup_requests=1)
@@ -42,15 +42,8 @@ def test_partial_sweep_is_written(tmp_path):
 
 @pytest.fixture(scope="module")
 def lab():
-    from lab.session import LabSession
-
-    loop = asyncio.new_event_loop()
-    session = LabSession(CPU, ("hf", "vllm"))
-    loop.run_until_complete(session.start())
-    session.loop = loop
-    yield session
-    loop.run_until_complete(session.stop())
-    loop.close()
+    """Both engines started once, on one event loop that every test of this module reuses."""
+    yield from running_session(CPU)
 
 
 @pytest.mark.slow
