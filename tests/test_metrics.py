@@ -90,3 +90,10 @@ def test_kv_summary_mirrors_vllm_usage_and_hf_waste():
           EngineSample("hf", 1, 2, 0, kv_reserved_bytes=2000, kv_real_bytes=900)]
     kv = kv_summary(hf)
     assert kv["peak_reserved_bytes"] == 2000 and kv["waste_at_peak"] == pytest.approx(0.55)
+
+
+def test_kv_usage_series_and_waste_of_a_level_that_never_ran():
+    from lab.metrics.kv import vllm_usage_series, waste_stats
+
+    assert vllm_usage_series([], []) == []
+    assert waste_stats([]) == {"peak": None, "mean": None, "peak_held_tokens": 0}

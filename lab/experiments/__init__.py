@@ -197,8 +197,8 @@ def salvage(session, name: str, result: ExperimentResult) -> None:
         return
     try:
         fill(session, result)
-    except Exception:  # noqa: BLE001 - too little was measured to compute anything: keep the raw run
-        log.info("experiment %s stopped before it measured enough to fill its fields", name)
+    except Exception:
+        log.exception("experiment %s stopped before it measured enough to fill its fields", name)
 
 
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> dict[str, Path]:

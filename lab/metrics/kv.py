@@ -87,7 +87,7 @@ def vllm_usage_series(samples: Sequence[EngineSample], records: Sequence[Request
     """
     rows = []
     usable = [s for s in samples if used_blocks(s) is not None and s.kv_block_size]
-    nexts = [s.time_s for s in usable[1:]] + [float("inf")]
+    nexts = [s.time_s for s in usable[1:]] + [float("inf")] * bool(usable)
     for s, after in zip(usable, nexts, strict=True):
         real = sum(tokens_held(r, after) for r in records)
         derived = sum(blocks_held(r, after, s.kv_block_size) for r in records)
