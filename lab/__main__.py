@@ -182,6 +182,18 @@ def format_table(result) -> str:
     return "\n".join(lines)
 
 
+def say_failure(what: str, exc: Exception) -> None:
+    """An engine that failed to start, or a command that broke: the reason on stderr (exit 1 follows)."""
+    log.exception("%s failed", what)
+    print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def say_end(result, paths) -> None:
+    """How a bench, experiment or sweep ended, and the files it wrote (also after a failure)."""
+    print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
+    print("wrote " + " and ".join(str(path) for path in paths))
+
+
 def print_agreement(session) -> None:
     """The agreement verdicts, one line per engine pair (stderr: a warning belongs beside the logs)."""
     if session.agreement is not None:
@@ -201,15 +213,13 @@ async def bench(plan: RunPlan, out: str, check=None) -> int:
         print_agreement(session)
         result = session.new_result(plan)
         await session.run(plan, [ConsoleProgress()], result)
-    except Exception as exc:
-        log.exception("bench failed")
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
+        say_failure("bench", exc)
     finally:
         if result is not None:
             paths = write_run(result, out)
             print(format_table(result))
-            print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
-            print(f"wrote {paths['summary']} and {paths['requests']}")
+            say_end(result, paths.values())
         await session.stop()
     return 0 if result is not None and result.status == RunStatus.OK else 1
 
@@ -296,9 +306,8 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
         result = new_result(session, name, params)
         await run_experiment(session, name, params, result,
                              lambda r: log.info("%s: %s", name, r.message))
-    except Exception as exc:
-        log.exception("experiment failed")
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
+        say_failure("experiment", exc)
     finally:
         if result is not None:
             paths = write_experiment(result, out)
@@ -306,8 +315,7 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
             print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("series", "versions",
                                                                                        "engine_args", "device")},
                              indent=2, default=str))
-            print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
-            print("wrote " + " and ".join(str(p) for p in paths.values()))
+            say_end(result, paths.values())
         await session.stop()
     return 0 if result is not None and result.status == RunStatus.OK else 1
 
@@ -338,14 +346,12 @@ async def sweep(plan, config: EngineConfig, check, out: str) -> int:
     try:
         await session.start()
         await run_sweep(session, plan, result, lambda r: log.info("sweep: %s", r.message))
-    except Exception as exc:
-        log.exception("sweep failed")
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
+        say_failure("sweep", exc)
     finally:
         paths = write_sweep(result, out)
         print(json.dumps(result.points, indent=2, default=str))
-        print(f"status: {result.status}{' - ' + result.error if result.error else ''}")
-        print(f"wrote {paths['json']} and {paths['csv']}")
+        say_end(result, paths.values())
         await session.stop()
     return 0 if result.status == RunStatus.OK else 1
 
