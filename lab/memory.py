@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab.config import EngineConfig, RunPlan
 from lab.engines.base import kv_bytes_per_token
+from lab.engines.vllm import DEFAULT_CPU_KV_GIB
 from lab.environment import GIB, DeviceInfo
 from lab.load.workloads import longest_request
 
@@ -30,13 +31,14 @@ class MemoryPlan:
     hf_worst_kv_bytes: int | None
     notes: list[str] = field(default_factory=list)
     vllm_kv_tokens: int | None = None  # token slots of vLLM's KV budget, where it is known before loading
+    vllm_kv_bytes: int | None = None  # KV bytes planned: the budget, or on a GPU its share less weights and slack
 
     def to_dict(self) -> dict:
         return {
             "device_total_bytes": self.device.total_bytes, "device_free_bytes": self.device.free_bytes,
             "weights_bytes": self.weights_bytes, "vllm_bytes": self.vllm_bytes, "hf_bytes": self.hf_bytes,
             "hf_worst_kv_bytes": self.hf_worst_kv_bytes, "notes": list(self.notes),
-            "vllm_kv_tokens": self.vllm_kv_tokens,
+            "vllm_kv_tokens": self.vllm_kv_tokens, "vllm_kv_bytes": self.vllm_kv_bytes,
         }
 
 
@@ -76,10 +78,10 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     weights = weights_bytes or 0
     notes = []
     hf_kv = (config.hf_max_batch_size * config.max_model_len * kv_per_token) if kv_per_token else None
-    vllm_bytes = kv_tokens = None
+    vllm_bytes = kv_tokens = kv = None
     if "vllm" in engines:
         if config.kv_cache_gib is not None or device.kind == "cpu":
-            kv = (config.kv_cache_gib or 1.0) * GIB
+            kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB)
             vllm_bytes = int(kv + weights)
             kv_tokens = int(kv // kv_per_token) if kv_per_token else None
             notes.append(f"vLLM: {gib(kv)} of KV cache + {gib(weights)} of weights")
@@ -89,6 +91,7 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                 f"vLLM: gpu_memory_utilization {config.gpu_memory_utilization} x total "
                 f"{gib(device.total_bytes)} = {gib(vllm_bytes)} (weights + KV pages)"
             )
+            kv = max(0, vllm_bytes - weights - SLACK_BYTES)
             if vllm_bytes <= weights + SLACK_BYTES:
                 raise ValueError(
                     f"gpu_memory_utilization={config.gpu_memory_utilization} gives vLLM {gib(vllm_bytes)}, "
@@ -122,7 +125,7 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"warning: HF's worst-case batch would not fit in the {gib(left)} left; large batches "
                     f"of long requests may run out of memory"
                 )
-    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens)
+    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv)
 
 
 def kv_fit_warning(plan: RunPlan, memory: MemoryPlan) -> str | None:

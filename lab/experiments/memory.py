@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.environment import read_device
-from lab.memory import SLACK_BYTES, model_kv_bytes_per_token, plan_memory
+from lab.memory import model_kv_bytes_per_token, plan_memory
 
 ENGINES = ()  # the engines this experiment needs loaded
 
@@ -52,7 +52,7 @@ async def run(session, params: Params, result, notify) -> None:
     except ValueError as exc:
         result.fields = {**fields, "refused": True, "reason": str(exc)}
         return
-    kv = _kv_bytes(config, device, plan, weights)
+    kv = plan.vllm_kv_bytes
     blocks = int(kv // (per_token * config.resolved_block_size())) if per_token else None
     per_request = -(-config.max_model_len // config.resolved_block_size())
     loaded = session.info.get("vllm")
@@ -62,9 +62,3 @@ async def run(session, params: Params, result, notify) -> None:
                      "notes": plan.notes, "session_kv_blocks_measured": loaded.kv_total_blocks if loaded else None}
     notify(result)
 
-
-def _kv_bytes(config, device, plan, weights: int) -> int:
-    """KV bytes the setting leaves: the budget on CPU; on a GPU, vLLM's share less weights and slack."""
-    if config.kv_cache_gib is not None or device.kind == "cpu":
-        return int((config.kv_cache_gib or 1.0) * 1024**3)
-    return max(0, plan.vllm_bytes - weights - SLACK_BYTES)

@@ -45,18 +45,18 @@ class Params:
         """The small pool's blocks for this engine config."""
         return self.kv_blocks or least_blocks(config)
 
-    def check_pool(self, block_size: int, max_model_len: int) -> None:
+    def check_pool(self, config) -> None:
         """Refuse a pool too small to hold even one request: vLLM wants one of max_model_len tokens."""
-        need = -(-max_model_len // block_size) + 1  # vLLM keeps one block aside (its null block)
+        need = least_blocks(config)
         if self.kv_blocks is not None and self.kv_blocks < need:
             raise ValueError(f"kv_blocks={self.kv_blocks} cannot hold even one request: vLLM needs room for one "
-                             f"request of max_model_len {max_model_len} tokens, {need} blocks of {block_size} "
-                             f"(one is its null block)")
+                             f"request of max_model_len {config.max_model_len} tokens, {need} blocks of "
+                             f"{config.resolved_block_size()} (one is its null block)")
 
 
 def check(params: Params, config) -> None:
     """The small pool must hold one request at its longest; the requests must fit max_model_len."""
-    params.check_pool(config.resolved_block_size(), config.max_model_len)
+    params.check_pool(config)
     prompt, output = longest_request(params.workload, params.output_len)
     if prompt + output > config.max_model_len:
         raise ValueError(f"the {params.workload!r} workload's longest request ({prompt} + {output} tokens) is past "
@@ -64,7 +64,8 @@ def check(params: Params, config) -> None:
 
 
 def least_blocks(config) -> int:
-    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block."""
+    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block (vLLM
+    keeps one block aside)."""
     return -(-config.max_model_len // config.resolved_block_size()) + 1
 
 
