@@ -323,13 +323,9 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
 def run_sweep_cli(args: argparse.Namespace) -> int:
     """Validate the knob, every value and the load (exit 2), then sweep on the knob's engine alone."""
     from lab.session import check_session
-    from lab.sweeps import SweepPlan, parse_values
+    from lab.sweeps import sweep_plan
 
-    if args.knob not in KNOBS:
-        raise ValueError(f"unknown knob {args.knob!r}; choose one of {', '.join(KNOBS)}")
-    load = LoadConfig(users=parse_users(args.users), workload=args.workload,
-                      requests_per_user=args.requests_per_user, output_len=args.output_len, warmup_requests=1)
-    plan = SweepPlan(knob=args.knob, values=parse_values(args.knob, args.values), load=load)
+    plan = sweep_plan(args.knob, args.values, args.users, args.workload, args.requests_per_user, args.output_len)
     config = engine_config_from(args)
     plan.check(config)
     check = check_session(config, (plan.engine,))
@@ -339,10 +335,10 @@ def run_sweep_cli(args: argparse.Namespace) -> int:
 async def sweep(plan, config: EngineConfig, check, out: str) -> int:
     """Start the knob's engine, sweep, print the points, write the files (also when it fails)."""
     from lab.session import LabSession
-    from lab.sweeps import SweepResult, run_sweep, write_sweep
+    from lab.sweeps import new_sweep, run_sweep, write_sweep
 
     session = LabSession(config, (plan.engine,), check)
-    result = SweepResult(plan=plan, model=check.model)
+    result = new_sweep(session, plan)
     try:
         await session.start()
         await run_sweep(session, plan, result, lambda r: log.info("sweep: %s", r.message))

@@ -21,7 +21,7 @@ from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
 from lab.session import LabSession, SessionCheck, check_session
-from lab.store import save_experiment, save_run
+from lab.store import save_experiment, save_run, save_sweep
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class LabHost:
         self.session: LabSession | None = None
         self.result: RunResult | None = None
         self.experiment = None  # the current (or last) ExperimentResult
+        self.sweep = None  # the current (or last) SweepResult
         self.version = 0
         self._lock = threading.Lock()
         self._task: asyncio.Task | None = None
@@ -172,11 +173,36 @@ class LabHost:
 
     async def _experiment(self, name: str, params, result, run_experiment) -> None:
         await run_experiment(self.session, name, params, result, lambda r: self.bump())
-        try:
-            save_experiment(self.db_path, result)
-        except Exception:
-            log.exception("could not store experiment %s", result.experiment_id)
+        self.save(result, save_experiment)
         self.bump()
+
+    def submit_sweep(self, plan) -> tuple[bool, str]:
+        """Start a sweep unless something is going; stored as each value ends (partial ones too).
+
+        Raises:
+            ValueError: a knob or value the engine does not allow (before anything restarts).
+        """
+        from lab.sweeps import new_sweep
+
+        plan.check(self.config, self.session.held_bytes(plan.engine) if self.session else 0)
+        with self._lock:
+            reason = self.busy()
+            if reason:
+                return False, reason
+            result = new_sweep(self.session, plan)
+            self.sweep = result
+            self._start(self._sweep(plan, result))
+        self.bump()
+        return True, f"Sweep of {plan.knob} ({result.sweep_id}) started: one {plan.engine} restart per value."
+
+    async def _sweep(self, plan, result) -> None:
+        from lab.sweeps import run_sweep
+
+        def stored(r) -> None:
+            self.save(r, save_sweep)
+            self.bump()
+
+        await run_sweep(self.session, plan, result, stored)
 
     def _start(self, coro) -> None:
         """Run ``coro`` as the one task on the host's loop."""
@@ -202,12 +228,12 @@ class LabHost:
         """Tell watchers there is something new to draw."""
         self.version += 1
 
-    def save(self, result: RunResult) -> None:
-        """Store the run (partial or final) in the results database."""
+    def save(self, result, store=save_run) -> None:
+        """Store a run, experiment or sweep (partial or final) in the results database; a failure is logged."""
         try:
-            save_run(self.db_path, result)
+            store(self.db_path, result)
         except Exception:
-            log.exception("could not store run %s", result.run_id)
+            log.exception("could not store %s", type(result).__name__)
 
     def environment(self) -> dict:
         """Device, versions, model and both engines' args and memory, as shown on the Environment tab."""

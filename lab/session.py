@@ -8,6 +8,7 @@ before HF loads beside it), runs plans, and stops them. The CLI, the UI and the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -45,12 +46,13 @@ class SessionCheck:
     memory: MemoryPlan
 
 
-def check_session(config: EngineConfig, engines: Sequence[str]) -> SessionCheck:
+def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int = 0) -> SessionCheck:
     """Validate a session before anything loads.
 
     Args:
         config: The engine config.
         engines: Engines to load together.
+        held_bytes: Memory that engines about to be replaced hold now (a sweep's restart frees it first).
 
     Returns:
         The resolved model and the memory plan.
@@ -63,6 +65,7 @@ def check_session(config: EngineConfig, engines: Sequence[str]) -> SessionCheck:
     if "vllm" in engines:
         config.check_block_size()
     info = read_device(device)
+    info = dataclasses.replace(info, free_bytes=info.free_bytes + held_bytes) if held_bytes else info
     plan = plan_memory(config, info, tuple(engines), weights_bytes(model_path),
                        model_kv_bytes_per_token(model_path, config.dtype))
     return SessionCheck(model_path, model_label(model_path), device, plan)
@@ -77,6 +80,7 @@ class LabSession:
         self.check = check or check_session(config, self.engine_names)
         self.engines: dict[str, Engine] = {}
         self.info: dict[str, EngineInfo] = {}
+        self.configs: dict[str, EngineConfig] = {}  # what each engine runs now (a sweep changes one)
         self.tokenizer = None
         self.agreement: AgreementReport | None = None
 
@@ -96,7 +100,7 @@ class LabSession:
             say(f"starting engine {index}/{len(order)}: {name} ({self.check.model} on {self.check.device})")
             engine = create_engine(name, self.config, self.check.model_path)
             self.info[name] = await engine.start()
-            self.engines[name] = engine
+            self.engines[name], self.configs[name] = engine, self.config
             log.info("engine %s ready", name)
         if len(self.engines) > 1:
             say(f"checking that {' and '.join(self.engine_names)} compute the same greedy text")
@@ -167,14 +171,21 @@ class LabSession:
         result = result or self.new_result(plan)
         return await execute(plan, self.engines, self.tokenizer, result, observers)
 
+    def held_bytes(self, name: str) -> int:
+        """What the memory plan gave engine ``name`` if it is loaded (a restart frees it first), else 0."""
+        if name not in self.engines:
+            return 0
+        return (self.check.memory.vllm_bytes if name == "vllm" else self.check.memory.hf_bytes) or 0
+
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
         """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
         old = self.engines.pop(name, None)
+        self.configs.pop(name, None)
         if old is not None:
             await old.stop()
         engine = create_engine(name, config, self.check.model_path)
         self.info[name] = await engine.start()
-        self.engines[name] = engine
+        self.engines[name], self.configs[name] = engine, config
         return self.info[name]
 
     async def stop(self) -> None:

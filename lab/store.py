@@ -1,4 +1,4 @@
-"""Past runs in SQLite: saved as they finish (partial ones too), listed, compared, exported.
+"""Past runs, experiments and sweeps in SQLite: saved as they finish (partial ones too), listed, compared, exported.
 
 Every stored run keeps exactly the files the CLI writes (summary.json and requests.csv), so a run
 downloaded from the browser is the same as one written by ``python -m lab bench``.
@@ -41,6 +41,17 @@ create table if not exists experiments (
     result_json text not null
 )
 """
+SWEEP_SCHEMA = """
+create table if not exists sweeps (
+    sweep_id text primary key,
+    knob text not null,
+    started_at text not null,
+    status text not null,
+    model text not null,
+    device text not null,
+    result_json text not null
+)
+"""
 
 
 def default_db_path() -> Path:
@@ -54,6 +65,7 @@ def connect(db_path: str | Path) -> sqlite3.Connection:
     conn = sqlite3.connect(db_path, timeout=10)
     conn.execute(SCHEMA)
     conn.execute(EXPERIMENT_SCHEMA)
+    conn.execute(SWEEP_SCHEMA)
     return conn
 
 
@@ -122,16 +134,35 @@ def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[st
 
 def save_experiment(db_path: str | Path, result) -> None:
     """Insert or update a KV-cache experiment (kind = its name), partial ones too."""
-    data = result.to_dict()
-    row = (result.experiment_id, result.experiment, result.started_at, result.status, result.model,
-           result.device.get("name", result.device.get("kind", "?")), json.dumps(data, default=str))
-    with closing(connect(db_path)) as conn, conn:
-        conn.execute("insert or replace into experiments values (?,?,?,?,?,?,?)", row)
+    _save_result(db_path, "experiments", result.experiment_id, result.experiment, result)
 
 
 def list_experiments(db_path: str | Path, kind: str | None = None) -> list[dict]:
     """Stored experiments, newest first (of one kind if given), as experiment.json dicts."""
-    query = "select result_json from experiments" + (" where kind = ?" if kind else "") + " order by started_at desc"
+    return _list_results(db_path, "experiments", "kind", kind)
+
+
+def save_sweep(db_path: str | Path, result) -> None:
+    """Insert or update a sweep (as each value ends, and at its end; partial ones too)."""
+    _save_result(db_path, "sweeps", result.sweep_id, result.plan.knob, result)
+
+
+def list_sweeps(db_path: str | Path, knob: str | None = None) -> list[dict]:
+    """Stored sweeps, newest first (of one knob if given), as sweep.json dicts."""
+    return _list_results(db_path, "sweeps", "knob", knob)
+
+
+def _save_result(db_path: str | Path, table: str, result_id: str, kind: str, result) -> None:
+    """One experiment or sweep row: its id, kind, start, status, model, device and its JSON."""
+    row = (result_id, kind, result.started_at, result.status, result.model,
+           result.device.get("name", result.device.get("kind", "?")), json.dumps(result.to_dict(), default=str))
+    with closing(connect(db_path)) as conn, conn:
+        conn.execute(f"insert or replace into {table} values (?,?,?,?,?,?,?)", row)
+
+
+def _list_results(db_path: str | Path, table: str, kind_column: str, kind: str | None) -> list[dict]:
+    where = f" where {kind_column} = ?" if kind else ""
     with closing(connect(db_path)) as conn:
-        rows = conn.execute(query, (kind,) if kind else ()).fetchall()
+        rows = conn.execute(f"select result_json from {table}{where} order by started_at desc",
+                            (kind,) if kind else ()).fetchall()
     return [json.loads(text) for (text,) in rows]

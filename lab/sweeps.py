@@ -20,8 +20,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import EngineConfig, LoadConfig, RunPlan
+from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.environment import read_device, versions
 from lab.experiments import ended
+from lab.runs import RunResult
 from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,13 @@ KNOBS = {  # knob -> the engine it changes
     "kv_cache_gib": "vllm",
     "gpu_memory_utilization": "vllm",
     "hf_max_batch_size": "hf",
+}
+ENGINE_ARGS = {"kv_cache_gib": "kv_cache_memory_bytes", "hf_max_batch_size": "max_batch_size"}  # else: the knob
+DEFAULT_VALUES = {  # (knob, device kind) -> values; small on CPU so a sweep takes minutes, the seeds' on a GPU
+    ("max_num_seqs", "cpu"): "1,4,16", ("max_num_seqs", "cuda"): "1,4,16,64,256",
+    ("block_size", "cpu"): "32,64,128", ("block_size", "cuda"): "16,32",
+    ("kv_cache_gib", "any"): "0.25,0.5,1", ("gpu_memory_utilization", "cuda"): "0.3,0.5,0.7",
+    ("hf_max_batch_size", "cpu"): "1,2,4", ("hf_max_batch_size", "cuda"): "4,8,16,32",
 }
 
 
@@ -48,21 +57,23 @@ class SweepPlan:
         return KNOBS[self.knob]
 
     def configs(self, base: EngineConfig) -> list[EngineConfig]:
-        """The engine config of every value (each validated: EngineConfig's rules and the block-size rule)."""
-        configs = [base.with_overrides(**{self.knob: value}) for value in self.values]
+        """The engine config of every value (each validated: EngineConfig's rules and the block-size rule);
+        a value the base already runs keeps the base itself (so ending on it needs no restore)."""
+        configs = [base if value == current_value(base, self.knob) else base.with_overrides(**{self.knob: value})
+                   for value in self.values]
         for config in configs:
             config.check_block_size()
             RunPlan(engines=(self.engine,), load=self.load, engine=config)  # lengths vs max_model_len
         return configs
 
-    def check(self, base: EngineConfig) -> None:
-        """Every rule, before any engine restarts.
+    def check(self, base: EngineConfig, held_bytes: int = 0) -> None:
+        """Every rule, before any engine restarts; ``held_bytes``: what the swept engine holds now, if it is
+        loaded (each restart frees it before the new engine starts, so the memory plan counts it as free).
 
         Raises:
             ValueError: unknown knob, no values, a knob the device does not have, or a bad value.
         """
-        if self.knob not in KNOBS:
-            raise ValueError(f"unknown knob {self.knob!r}; choose one of {', '.join(KNOBS)}")
+        check_knob(self.knob)
         if not self.values:
             raise ValueError(f"{self.knob}: give at least one value")
         if self.knob == "gpu_memory_utilization" and base.resolved_device() != "cuda":
@@ -70,11 +81,40 @@ class SweepPlan:
         from lab.session import check_session
 
         for config in self.configs(base):
-            check_session(config, (self.engine,))  # the memory plan of each value
+            check_session(config, (self.engine,), held_bytes)  # the memory plan of each value
+
+
+def current_value(config: EngineConfig, knob: str):
+    """The value an engine started with ``config`` runs (block_size None: the device's default)."""
+    return config.resolved_block_size() if knob == "block_size" else getattr(config, knob)
+
+
+def check_knob(knob: str) -> None:
+    """Raises ValueError naming the knobs when ``knob`` is not one of them."""
+    if knob not in KNOBS:
+        raise ValueError(f"unknown knob {knob!r}; choose one of {', '.join(KNOBS)}")
+
+
+def default_values(knob: str, device: str) -> str:
+    """The values a sweep of ``knob`` starts from on this device kind ('cpu' or 'cuda'), as text."""
+    return DEFAULT_VALUES.get((knob, device), DEFAULT_VALUES.get((knob, "any"), ""))
+
+
+def sweep_plan(knob: str, values: str, users: str = "5", workload: str = "mixed", requests_per_user: int = 2,
+               output_len: int | None = None) -> SweepPlan:
+    """A SweepPlan from text (CLI flags, the Sweeps tab's form); 0 or None output_len keeps the workload's.
+
+    Raises:
+        ValueError: an unknown knob, values that are not numbers, or a bad load (before anything restarts).
+    """
+    load = LoadConfig(users=parse_users(users), workload=workload, requests_per_user=int(requests_per_user),
+                      output_len=int(output_len) if output_len else None, warmup_requests=1)
+    return SweepPlan(knob, parse_values(knob, values), load)
 
 
 def parse_values(knob: str, text: str) -> tuple:
     """'1,4,16' -> (1, 4, 16) (floats for the memory knobs), with the knob named in any error."""
+    check_knob(knob)
     kind = float if knob in ("kv_cache_gib", "gpu_memory_utilization") else int
     try:
         return tuple(kind(v) for v in text.replace(",", " ").split())
@@ -89,18 +129,37 @@ class SweepResult:
 
     plan: SweepPlan
     model: str
+    device: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
     sweep_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     status: RunStatus = RunStatus.RUNNING
     error: str = ""
     message: str = "starting"
     points: list[dict] = field(default_factory=list)
+    run: RunResult | None = None  # the load run of the value being measured, for live views
 
     def to_dict(self) -> dict:
         """As sweep.json holds it."""
         return {"sweep_id": self.sweep_id, "started_at": self.started_at, "status": self.status, "error": self.error,
                 "knob": self.plan.knob, "engine": self.plan.engine, "values": list(self.plan.values),
-                "load": dataclasses.asdict(self.plan.load), "model": self.model, "points": self.points}
+                "load": dataclasses.asdict(self.plan.load), "model": self.model, "device": self.device,
+                "versions": self.versions, "points": self.points}
+
+
+def new_sweep(session, plan: SweepPlan) -> SweepResult:
+    """An empty result stamped with the session's model, device and versions."""
+    return SweepResult(plan=plan, model=session.check.model, device=read_device(session.check.device).to_dict(),
+                       versions=versions())
+
+
+def sweep_progress(result: SweepResult | None) -> str:
+    """One line: the knob, the status, which value runs and what is left, and each finished value's restart."""
+    if result is None:
+        return "No sweep yet: choose a knob and its values and press **Run sweep**."
+    done = ", ".join(f"{p['value']} (restart {p['restart_s']:.0f} s)" for p in result.points) or "none yet"
+    return (f"Sweep **{result.plan.knob}** ({result.sweep_id}): status {result.status}: {result.message}. "
+            f"Finished values: {done}.")
 
 
 async def run_sweep(session, plan: SweepPlan, result: SweepResult | None = None, on_update=None) -> SweepResult:
@@ -115,16 +174,16 @@ async def run_sweep(session, plan: SweepPlan, result: SweepResult | None = None,
     Returns:
         The result: ok, failed (error set) or cancelled, with every finished point.
     """
-    plan.check(session.config)
-    result = result or SweepResult(plan=plan, model=session.check.model)
+    plan.check(session.config, session.held_bytes(plan.engine))
+    result = result or new_sweep(session, plan)
     notify = on_update or (lambda r: None)
     try:
         for index, config in enumerate(plan.configs(session.config)):
-            value = plan.values[index]
-            result.message = (f"{plan.knob}={value}: restarting {plan.engine} "
-                              f"({index + 1}/{len(plan.values)}; {len(plan.values) - index - 1} left after it)")
+            value, left = plan.values[index], len(plan.values) - index - 1
+            where = f"{plan.knob}={value} ({index + 1}/{len(plan.values)}; {left} left after it)"
+            result.message = f"{where}: restarting {plan.engine}"
             notify(result)
-            result.points.append(await measure_point(session, plan, config, value))
+            result.points.append(await measure_point(session, plan, config, result, where))
             notify(result)
         result.status, result.message = RunStatus.OK, "done"
     except asyncio.CancelledError:
@@ -140,26 +199,34 @@ async def run_sweep(session, plan: SweepPlan, result: SweepResult | None = None,
 
 
 async def restore(session, engine: str, result: SweepResult) -> None:
-    """Restart the swept engine with the session's own setting (the session serves as before)."""
-    result.message += f"; restoring {engine} with the session's setting"
+    """Restart the swept engine with the session's own setting (the session serves as before), unless the
+    last value was that setting."""
+    if session.configs.get(engine) == session.config:
+        return
+    done = result.message
+    result.message = f"{done}; restoring {engine} with the session's setting"
     try:
         await session.restart_engine(engine, session.config)
+        result.message = f"{done}; {engine} restored with the session's setting"
     except Exception as exc:
         log.exception("restoring %s failed", engine)
         result.error = result.error or f"restoring {engine} failed: {exc}"
 
 
-async def measure_point(session, plan: SweepPlan, config: EngineConfig, value) -> dict:
+async def measure_point(session, plan: SweepPlan, config: EngineConfig, result: SweepResult, where: str) -> dict:
     """Restart the engine with ``config`` (timed), run the load on it, and summarise one point."""
     started = time.perf_counter()
     info = await session.restart_engine(plan.engine, config)
     restart_s = time.perf_counter() - started
     run_plan = RunPlan(engines=(plan.engine,), load=plan.load, engine=config)
-    run = await session.run(run_plan)
+    result.run = session.new_result(run_plan)
+    result.message = f"{where}: measuring (the restart took {restart_s:.0f} s)"
+    run = await session.run(run_plan, (), result.run)
     ended(run)  # a cancelled or failed run stops the sweep (its finished points are kept)
     levels = [lvl for lvl in run.levels if lvl.summary is not None]
-    point = {"value": value, "restart_s": restart_s, "kv_total_blocks": info.kv_total_blocks,
-             "kv_block_size": info.kv_block_size}
+    arg = ENGINE_ARGS.get(plan.knob, plan.knob)
+    point = {"value": current_value(config, plan.knob), "engine_arg": f"{arg}={info.args.get(arg)}",
+             "restart_s": restart_s, "kv_total_blocks": info.kv_total_blocks, "kv_block_size": info.kv_block_size}
     for level in levels:
         s = level.summary
         point[f"output_tok_s@{s.users}"] = s.output_tok_s

@@ -30,9 +30,12 @@ from lab.dashboard import (
 from lab.host import LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots import compare_figure, compare_ratio_figure, latency_table
+from lab.presets import workshop_demo
 from lab.runs import RUNNING, summary_dict
 from lab.store import export_run, list_runs, load_summary
 from lab.ui_kv import build_kv_tab
+from lab.ui_sweep import build_sweep_tab
+from lab.ui_timer import redraw_on_change
 
 INTRO = """# KV Lab — why vLLM outruns HF `generate()`
 One model, loaded twice in this process: **HF transformers** with static batching (a padded batch runs until
@@ -57,6 +60,12 @@ class Handlers:
             return f"**Input error:** {exc}"
         started, message = self.host.submit(plan)
         return message if started else f"**Not started:** {message}"
+
+    def demo_form(self) -> list:
+        """The Workshop demo's form values for this device (the button then presses Run)."""
+        preset = workshop_demo(self.host.config)
+        return [list(ENGINE_NAMES), preset.users, preset.workload, preset.output_len, BOUND_REQUESTS,
+                preset.requests_per_user]
 
     def cancel(self) -> str:
         """Cancel the run in progress; returns the message line."""
@@ -134,6 +143,7 @@ class LoadTab:
 
     form: list
     run: gr.Button
+    demo: gr.Button
     cancel: gr.Button
     message: gr.Markdown
     live: list  # in Handlers.live's order
@@ -174,6 +184,7 @@ def build_app(host: LabHost) -> gr.Blocks:
         with gr.Tabs():
             load = _load_tab(host)
             build_kv_tab(host, TICK_S, QUIET)
+            build_sweep_tab(host, TICK_S, QUIET)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         _wire_timer(handlers, header, load, results, env)
@@ -188,10 +199,12 @@ def _load_tab(host: LabHost) -> LoadTab:
         form = _form()
         with gr.Row():
             run = gr.Button("Run", variant="primary", elem_id="run")
+            demo = gr.Button("Workshop demo", elem_id="demo")
             cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
+        gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
         message = gr.Markdown(elem_id="message")
         live = _live_outputs(host)
-    return LoadTab(form=form, run=run, cancel=cancel, message=message, live=live)
+    return LoadTab(form=form, run=run, demo=demo, cancel=cancel, message=message, live=live)
 
 
 def _form() -> list:
@@ -257,16 +270,14 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.finished_key, handlers.load_runs, results.runs),
         (handlers.ready_key, handlers.environment, env.shown),
     ]
-    keys = [gr.State(None) for _ in groups]
-    # queued: only a queued event reports which States it changed, and so fires their change events
-    gr.Timer(TICK_S).tick(lambda: [key() for key, _, _ in groups], None, keys, **QUIET)
-    for state, (_, redraw, outputs) in zip(keys, groups, strict=True):
-        state.change(redraw, None, outputs, queue=False, **QUIET)
+    redraw_on_change(groups, TICK_S, QUIET)
 
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
     load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run")
+    load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
+        handlers.start_run, load.form, [load.message], api_visibility="private")
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")

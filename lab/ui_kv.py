@@ -20,6 +20,7 @@ from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
 from lab.host import LabHost
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
+from lab.ui_timer import redraw_on_change
 
 DEFAULT_EXPERIMENT = "blocks"
 NO_EXPERIMENT = "No experiment yet: choose one, set its parameters and press **Run**."
@@ -178,8 +179,4 @@ def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict) -> None:
     tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment")
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
               (handlers.result_key, handlers.result_view, tab.result)]
-    keys = [gr.State(None) for _ in groups]
-    # queued: only a queued event reports which States it changed, and so fires their change events
-    gr.Timer(tick_s).tick(lambda: [key() for key, _, _ in groups], None, keys, **quiet)
-    for state, (_, redraw, outputs) in zip(keys, groups, strict=True):
-        state.change(redraw, None, outputs, queue=False, **quiet)
+    redraw_on_change(groups, tick_s, quiet)

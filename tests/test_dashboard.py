@@ -129,3 +129,13 @@ def test_environment_markdown():
     assert "**hf:** sdpa; holds 256 MiB of weights" in text
     assert ("**vllm:** FlashAttention; holds ? of KV-cache budget; KV at start-up: 1000 blocks x 16 tokens "
             "(16,000 token slots)" in text)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_workshop_demo_preset_is_a_valid_plan_and_says_why(device):
+    from lab.presets import WORKSHOP_DEMO
+
+    preset = WORKSHOP_DEMO[device]
+    plan = preset.plan(EngineConfig(device="cpu"))
+    assert plan.engines == ("hf", "vllm") and len(plan.load.users) >= 2
+    assert "bench.workshop_demo" in preset.why

@@ -4,11 +4,22 @@
 import pytest
 
 from lab.config import EngineConfig, LoadConfig
+from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
-from lab.sweeps import SweepPlan, SweepResult, parse_values, run_sweep, write_sweep
+from lab.store import list_sweeps, save_sweep
+from lab.sweeps import (
+    SweepPlan,
+    SweepResult,
+    default_values,
+    parse_values,
+    run_sweep,
+    sweep_plan,
+    sweep_progress,
+    write_sweep,
+)
 from tests.conftest import running_session
 
-CPU = EngineConfig(device="cpu", max_model_len=512, kv_cache_gib=0.5)
+CPU = EngineConfig(device="cpu", max_model_len=512, kv_cache_gib=0.5, block_size=128)
 LOAD = LoadConfig(users=(2,), requests_per_user=1, workload="equal", output_len=8, warmup_requests=1)
 
 
@@ -32,6 +43,53 @@ def test_values_parse_with_the_knob_named():
         parse_values("hf_max_batch_size", "4,x")
 
 
+def test_form_text_makes_a_plan_and_every_knob_has_values_on_both_devices():
+    plan = sweep_plan("hf_max_batch_size", "1, 2", users="2,4", requests_per_user=1, output_len=0)
+    assert (plan.engine, plan.values, plan.load.users, plan.load.output_len) == ("hf", (1, 2), (2, 4), None)
+    with pytest.raises(ValueError, match="unknown knob 'temperature'"):
+        sweep_plan("temperature", "0.5")
+    for knob in ("max_num_seqs", "block_size", "kv_cache_gib", "hf_max_batch_size"):
+        for device in ("cpu", "cuda"):
+            SweepPlan(knob, parse_values(knob, default_values(knob, device)))  # parses
+    SweepPlan("block_size", parse_values("block_size", default_values("block_size", "cpu")), LOAD).check(CPU)
+
+
+POINTS = [{"value": 1, "restart_s": 20.0, "kv_total_blocks": 40, "output_tok_s@2": 10.0, "ttft_p50_s@2": 0.5,
+           "tpot_p50_s@2": 0.05, "kv_peak_used_blocks@2": 3},
+          {"value": 4, "restart_s": 22.0, "kv_total_blocks": 40, "output_tok_s@2": 18.0, "ttft_p50_s@2": 0.2,
+           "tpot_p50_s@2": 0.06, "kv_peak_used_blocks@2": 4}]
+
+
+def test_progress_names_the_value_running_what_is_left_and_each_restart():
+    result = SweepResult(plan=SweepPlan("max_num_seqs", (1, 4, 16), LOAD), model="m", points=POINTS,
+                         message="max_num_seqs=16 (3/3; 0 left after it): restarting vllm")
+    line = sweep_progress(result)
+    assert "max_num_seqs=16 (3/3; 0 left after it)" in line and "1 (restart 20 s), 4 (restart 22 s)" in line
+    assert "No sweep yet" in sweep_progress(None)
+
+
+def test_sweep_figure_draws_each_measured_field_against_the_knob():
+    data = SweepResult(plan=SweepPlan("max_num_seqs", (1, 4), LOAD), model="m", points=POINTS).to_dict()
+    fig = sweep_figure(data)
+    names = [t.name for t in fig.data]
+    assert names == ["tok/s, 2 users", "TTFT p50, 2 users", "TPOT p50, 2 users", "peak used blocks, 2 users",
+                     "blocks in the pool", "restart"]
+    assert list(fig.data[1].y) == [500.0, 200.0] and list(fig.data[0].x) == ["1", "4"]  # ms, categories
+    assert len(sweep_figure({"knob": "block_size", "points": []}).data) == 2  # nothing measured: empty lines
+
+
+def test_sweeps_are_stored_and_listed_partial_ones_too(tmp_path):
+    db = tmp_path / "r.sqlite"
+    result = SweepResult(plan=SweepPlan("max_num_seqs", (1, 4), LOAD), model="m", device={"name": "cpu"},
+                         points=POINTS[:1], status=RunStatus.CANCELLED)
+    save_sweep(db, result)
+    result.points = POINTS
+    save_sweep(db, result)  # updated in place as each value ends
+    (stored,) = list_sweeps(db)
+    assert stored["status"] == "cancelled" and len(stored["points"]) == 2 and stored["knob"] == "max_num_seqs"
+    assert list_sweeps(db, knob="block_size") == []
+
+
 def test_partial_sweep_is_written(tmp_path):
     result = SweepResult(plan=SweepPlan("max_num_seqs", (1, 4), LOAD), model="m", status=RunStatus.CANCELLED,
                          points=[{"value": 1, "restart_s": 3.0, "output_tok_s@2": 10.0}])
@@ -46,22 +104,38 @@ def lab():
     yield from running_session(CPU)
 
 
-@pytest.mark.slow
-def test_kv_budget_sweep_restarts_vllm_only_and_changes_its_blocks(lab):
-    hf_before = lab.engines["hf"]
-    result = lab.loop.run_until_complete(run_sweep(lab, SweepPlan("kv_cache_gib", (0.25, 0.5), LOAD)))
+def sweep(lab, knob, values):
+    """Sweep on the module's session; every point measured, the swept engine back on the session's setting."""
+    others = {name: engine for name, engine in lab.engines.items() if name != SweepPlan(knob, values).engine}
+    result = lab.loop.run_until_complete(run_sweep(lab, SweepPlan(knob, values, LOAD)))
     assert result.status == RunStatus.OK, result.error
+    assert [p["value"] for p in result.points] == list(values)
+    assert all(p["output_tok_s@2"] > 0 and p["ttft_p50_s@2"] > 0 and p["restart_s"] > 0 for p in result.points)
+    assert all(lab.engines[name] is engine for name, engine in others.items())  # the other engine stayed loaded
+    assert lab.configs[SweepPlan(knob, values).engine] == lab.config
+    return result
+
+
+@pytest.mark.slow
+def test_kv_budget_sweep_changes_the_pool_and_ends_on_the_sessions_own_setting(lab):
+    result = sweep(lab, "kv_cache_gib", (0.25, 0.5))
     blocks = [p["kv_total_blocks"] for p in result.points]
-    assert blocks[0] < blocks[1] and all(p["output_tok_s@2"] > 0 and p["restart_s"] > 0 for p in result.points)
-    assert lab.engines["hf"] is hf_before  # the other engine stayed loaded
-    assert lab.info["vllm"].kv_total_blocks == blocks[1]  # restored: the session's own 0.5 GiB
+    assert blocks[0] < blocks[1] and lab.info["vllm"].kv_total_blocks == blocks[1]
+    assert [p["engine_arg"] for p in result.points] == [f"kv_cache_memory_bytes={int(g * 2**30)}" for g in (0.25, 0.5)]
+    assert "restor" not in result.message  # the last value was the session's 0.5 GiB: no extra restart
+
+
+@pytest.mark.slow
+def test_block_size_sweep_changes_the_block_and_the_pool(lab):
+    result = sweep(lab, "block_size", (64, 128))
+    assert [p["kv_block_size"] for p in result.points] == [64, 128]
+    blocks = [p["kv_total_blocks"] for p in result.points]
+    assert abs(blocks[0] - 2 * blocks[1]) <= 1  # the same bytes in half-size blocks
 
 
 @pytest.mark.slow
 def test_hf_batch_size_sweep_measures_each_value(lab):
-    vllm_before = lab.engines["vllm"]
-    result = lab.loop.run_until_complete(run_sweep(lab, SweepPlan("hf_max_batch_size", (1, 2), LOAD)))
-    assert result.status == RunStatus.OK, result.error
-    assert [p["value"] for p in result.points] == [1, 2]
-    assert all(p["kv_peak_reserved_bytes@2"] > 0 and p["ttft_p50_s@2"] > 0 for p in result.points)
-    assert lab.engines["vllm"] is vllm_before
+    result = sweep(lab, "hf_max_batch_size", (1, 2))
+    assert [p["engine_arg"] for p in result.points] == ["max_batch_size=1", "max_batch_size=2"]
+    reserved = [p["kv_peak_reserved_bytes@2"] for p in result.points]
+    assert 0 < reserved[0] < reserved[1]  # one request's slab vs a batch of two

@@ -186,11 +186,17 @@ def test_environment_tab_shows_the_agreement_check(served, browser):
 
 
 @pytest.mark.ui
-def test_browser_run_draws_both_engines(served, browser, tmp_path):
+def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tmp_path):
+    from lab.presets import workshop_demo
+
     host, url = served
+    preset = workshop_demo(host.config)
     page = open_ready(browser, url, viewport={"width": 1400, "height": 2300})
-    submit(page, "1,5", 12, 1)
+    assert "bench.workshop_demo" in page.inner_text("#demo-why")  # how the preset was chosen
+    page.click("#demo")
     wait_text(page, "#message", "started", 30)
+    assert page.input_value("#users textarea") == preset.users
+    assert host.result.plan == preset.plan(host.config)
     run_id = page.inner_text("#message").split()[1]
     wait_text(page, "#progress", f"Run {run_id} done (", 300)
     time.sleep(1.5)  # one more timer tick draws the final figures
@@ -320,6 +326,46 @@ def test_kv_tab_runs_blocks_and_draws_the_live_grid(served, browser, tmp_path):
     assert page.eval_on_selector("#kv-figure", "e => e.querySelectorAll('g.trace').length") >= 2
     assert host.experiment.fields["samples"] > 0
     shot = Path(os.environ.get("KVLAB_KV_SCREENSHOT", tmp_path / "kv_blocks.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    page.close()
+
+
+# -- the Sweeps tab -------------------------------------------------------------------------------------
+@pytest.mark.ui
+def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(served, browser, tmp_path):
+    host, url = served
+    page = open_ready(browser, url, viewport={"width": 1400, "height": 1800})
+    page.get_by_role("tab", name="Sweeps").click()
+    page.wait_for_selector("#sweep-run", state="visible")
+    assert page.input_value("#sweep-values textarea") == "1,4,16"  # max_num_seqs on CPU
+    page.click("#sweep-knob input")
+    page.get_by_role("option", name="block_size (vllm)").click()
+    page.wait_for_function("() => document.querySelector('#sweep-values textarea').value === '32,64,128'")
+    page.fill("#sweep-values textarea", "32,48")
+    page.click("#sweep-run")
+    wait_text(page, "#sweep-message", "Input error", 20)
+    assert "multiple of 32" in page.inner_text("#sweep-message") and host.sweep is None
+    page.click("#sweep-knob input")
+    page.get_by_role("option", name="max_num_seqs (vllm)").click()
+    page.wait_for_function("() => document.querySelector('#sweep-values textarea').value === '1,4,16'")
+    page.fill("#sweep-values textarea", "2,4")  # then a restore: the session's own 256
+    page.fill("#sweep-users textarea", "2")
+    page.fill("#sweep-requests input", "1")
+    page.fill("#sweep-output-len input", "8")
+    page.click("#sweep-run")
+    wait_text(page, "#sweep-message", "started", 30)
+    wait_text(page, "#sweep-progress", "max_num_seqs=2 (1/2; 1 left after it)", 30)
+    wait_text(page, "#sweep-progress", "vllm restored with the session's setting", 300)
+    wait_text(page, "#sweep-stored", host.sweep.sweep_id, 20)
+    assert [p["engine_arg"] for p in host.sweep.points] == ["max_num_seqs=2", "max_num_seqs=4"]
+    host.wait_run(30)  # the sweep's task ends right after the restore
+    assert host.session.configs["vllm"] == host.config and not host.running()
+    progress = page.inner_text("#sweep-progress")
+    assert "status ok" in progress and "2 (restart" in progress and "4 (restart" in progress  # restart times
+    assert page.eval_on_selector("#sweep-figure", "e => e.querySelectorAll('g.trace').length") >= 5
+    assert "max_num_seqs=4" in page.inner_text("#sweep-points")
+    shot = Path(os.environ.get("KVLAB_SWEEP_SCREENSHOT", tmp_path / "sweep.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     page.close()

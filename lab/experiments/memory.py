@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from lab.environment import read_device
 from lab.memory import model_kv_bytes_per_token, plan_memory
+from lab.metrics.kv import blocks_for
 
 ENGINES = ()  # the engines this experiment needs loaded
 
@@ -54,7 +55,7 @@ async def run(session, params: Params, result, notify) -> None:
         return
     kv = plan.vllm_kv_bytes
     blocks = int(kv // (per_token * config.resolved_block_size())) if per_token else None
-    per_request = -(-config.max_model_len // config.resolved_block_size())
+    per_request = blocks_for(config.max_model_len, config.resolved_block_size())
     loaded = session.info.get("vllm")
     result.fields = {**fields, "refused": False, "vllm_bytes": plan.vllm_bytes, "kv_bytes_planned": kv,
                      "kv_blocks_planned": blocks,

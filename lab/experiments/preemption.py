@@ -17,6 +17,7 @@ from lab.engines import create_engine
 from lab.load.driver import run_users
 from lab.load.workloads import longest_request, make_requests
 from lab.metrics import summarize
+from lab.metrics.kv import blocks_for
 
 MODE = ("recompute: vLLM v1 frees a preempted request's blocks and recomputes its prompt and output so "
         "far when it is scheduled again (no swapping to CPU memory in this version)")
@@ -66,7 +67,7 @@ def check(params: Params, config) -> None:
 def least_blocks(config) -> int:
     """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block (vLLM
     keeps one block aside)."""
-    return -(-config.max_model_len // config.resolved_block_size()) + 1
+    return blocks_for(config.max_model_len, config.resolved_block_size()) + 1
 
 
 async def run(session, params: Params, result, notify) -> None:

@@ -72,9 +72,14 @@ def tokens_held(record: RequestRecord, time_s: float) -> int:
     return record.prompt_tokens + sum(1 for t in record.token_times_s if t < time_s)
 
 
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Blocks that hold ``tokens`` KV entries: a partly filled last block counts whole (vLLM's rule)."""
+    return -(-tokens // block_size)
+
+
 def blocks_held(record: RequestRecord, time_s: float, block_size: int) -> int:
-    """vLLM blocks a request's tokens fill at ``time_s`` (a partly filled last block counts whole)."""
-    return -(-tokens_held(record, time_s) // block_size)
+    """vLLM blocks a request's tokens fill at ``time_s``."""
+    return blocks_for(tokens_held(record, time_s), block_size)
 
 
 def vllm_usage_series(samples: Sequence[EngineSample], records: Sequence[RequestRecord]) -> list[tuple]:

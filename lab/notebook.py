@@ -1,0 +1,55 @@
+"""What the guided notebooks share: starting a session, predictions, and answers that stay collapsed.
+
+Every notebook in ``notebooks/`` follows one shape: learn, **predict**, run, look, **explain**, exercise,
+and an answer that computes from the run's own numbers. ``answer()`` renders as a collapsed
+``<details>`` block in Jupyter (click to open) and as plain text anywhere else; ``against()`` puts the
+learner's prediction beside what was measured. Nothing here computes a metric: the numbers come from
+lab.metrics, lab.experiments and lab.sweeps, the same the dashboard and the CLI show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lab.config import EngineConfig
+from lab.session import LabSession
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A worked answer: collapsed in a notebook, plain text when printed."""
+
+    text: str
+    title: str = "Answer (click to open): computed from this run"
+
+    def _repr_markdown_(self) -> str:
+        return f"<details><summary><b>{self.title}</b></summary>\n\n{self.text}\n\n</details>"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def answer(*lines: str) -> Answer:
+    """An Answer from markdown lines (one paragraph each)."""
+    return Answer("\n\n".join(lines))
+
+
+def against(prediction, measured: float, unit: str = "") -> str:
+    """The learner's prediction beside the measured value (a blank prediction says so)."""
+    shown = f"{measured:,.3g}{unit}" if isinstance(measured, float) else f"{measured:,}{unit}"
+    if prediction is None:
+        return f"Measured: **{shown}** (you left your prediction blank)."
+    return f"You predicted **{prediction}{unit}**; measured: **{shown}**."
+
+
+async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) -> LabSession:
+    """Load the embedded model on ``engines`` with the lab's defaults plus ``overrides`` (EngineConfig's
+    fields); with two engines the agreement check runs too (``session.agreement``)."""
+    session = LabSession(EngineConfig(**overrides), engines)
+    await session.start()
+    return session
+
+
+def verdicts(session: LabSession) -> list[str]:
+    """How the engines agree (the start-up check), or why there was nothing to check."""
+    return session.agreement.verdicts() if session.agreement else ["one engine loaded: nothing to compare"]

@@ -1,0 +1,149 @@
+"""The "Sweeps" tab: one engine knob over several values (lab.sweeps), run from the page and drawn as it goes.
+
+SweepHandlers are small named handlers over one LabHost; the layout and wiring follow. As in lab/ui.py,
+the tab's own gr.Timer writes cheap change keys into gr.State once a second: the progress line (with the
+load run of the value being measured) redraws on every change, the figure and the points table when a
+value finishes, and the stored sweeps when one ends. The figure is lab.plots_sweep's, the notebooks' too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+import pandas as pd
+
+from lab.dashboard import progress_text
+from lab.host import LabHost
+from lab.load.workloads import WORKLOADS
+from lab.plots_sweep import sweep_figure
+from lab.status import RunStatus
+from lab.store import list_sweeps
+from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress
+from lab.ui_timer import redraw_on_change
+
+DEFAULT_KNOB = "max_num_seqs"
+INTRO = ("Each value restarts only the engine the knob belongs to (the other stays loaded), then runs the same "
+         "seeded requests on it; the restart is timed and shown. Cancel keeps the values already finished; at "
+         "the end the engine is restarted with the session's own setting.")
+
+
+class SweepHandlers:
+    """The tab's event handlers over one LabHost: actions, change keys and the redraws they gate."""
+
+    def __init__(self, host: LabHost):
+        self.host = host
+
+    # actions
+    def start(self, knob, values, users, workload, requests_per_user, output_len) -> str:
+        """Start a sweep from the form; returns the message line."""
+        try:
+            started, message = self.host.submit_sweep(
+                sweep_plan(knob, values or "", users or "", workload, requests_per_user or 0, output_len))
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
+        return message if started else f"**Not started:** {message}"
+
+    def values_for(self, knob: str) -> str:
+        """The knob's starting values on this device."""
+        return default_values(knob, self.host.config.resolved_device())
+
+    # change keys
+    def progress_key(self) -> tuple | None:
+        """The progress line itself (a few counts; it changes with the message and every finished request)."""
+        return self.progress()
+
+    def points_key(self) -> tuple | None:
+        """Changes when a value finishes and when the sweep ends."""
+        sweep = self.host.sweep
+        return None if sweep is None else (sweep.sweep_id, len(sweep.points), str(sweep.status))
+
+    def ended_key(self) -> tuple | None:
+        """Changes when the last sweep has ended and its task (the restore and the last save) is done."""
+        sweep = self.host.sweep
+        if sweep is None or sweep.status == RunStatus.RUNNING:
+            return None
+        return sweep.sweep_id, self.host.running()
+
+    # redraws
+    def progress(self) -> str:
+        """The sweep's line, and under it the current value's load run."""
+        sweep = self.host.sweep
+        line = sweep_progress(sweep)
+        if sweep is not None and sweep.status == RunStatus.RUNNING and sweep.run is not None:
+            line += "  \n" + progress_text(sweep.run)
+        return line
+
+    def points(self) -> tuple:
+        """The figure and one row per finished value."""
+        sweep = self.host.sweep
+        if sweep is None:
+            return gr.skip(), gr.skip()
+        return sweep_figure(sweep.to_dict()), pd.DataFrame(sweep.points).round(3)
+
+    def stored(self) -> pd.DataFrame:
+        """Stored sweeps, newest first: id, knob, values, status, start and what each value measured."""
+        rows = [{"sweep_id": s["sweep_id"], "started_at": s["started_at"], "knob": s["knob"], "status": s["status"],
+                 "values": ",".join(map(str, s["values"])), "finished": len(s["points"]), "model": s["model"]}
+                for s in list_sweeps(self.host.db_path)]
+        return pd.DataFrame(rows)
+
+
+@dataclass
+class SweepTab:
+    """The Sweeps tab's components."""
+
+    knob: gr.Dropdown
+    values: gr.Textbox
+    form: list  # in SweepHandlers.start's order
+    run: gr.Button
+    cancel: gr.Button
+    message: gr.Markdown
+    progress: gr.Markdown
+    points: list  # figure and table, in SweepHandlers.points's order
+    stored: gr.Dataframe
+
+
+def build_sweep_tab(host: LabHost, tick_s: float, quiet: dict) -> SweepTab:
+    """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host``."""
+    handlers = SweepHandlers(host)
+    with gr.Tab("Sweeps", id="sweeps"):
+        tab = _layout(handlers)
+        _wire(handlers, tab, tick_s, quiet)
+    return tab
+
+
+def _layout(handlers: SweepHandlers) -> SweepTab:
+    """The form, Run and Cancel, the message and progress lines, the figure, the points, the stored sweeps."""
+    gr.Markdown(INTRO)
+    with gr.Row():
+        knob = gr.Dropdown([(f"{k} ({engine})", k) for k, engine in KNOBS.items()], value=DEFAULT_KNOB,
+                           label="Knob (engine)", elem_id="sweep-knob")
+        values = gr.Textbox(handlers.values_for(DEFAULT_KNOB), label="Values (comma list)", elem_id="sweep-values")
+        users = gr.Textbox("5", label="Concurrent users (comma list)", elem_id="sweep-users")
+    with gr.Row():
+        workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload")
+        requests = gr.Number(2, precision=0, label="Requests per user", elem_id="sweep-requests")
+        output_len = gr.Number(0, precision=0, label="Output length (0 = the workload's)", elem_id="sweep-output-len")
+    with gr.Row():
+        run = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
+        cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel")
+    message = gr.Markdown(elem_id="sweep-message")
+    progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
+    figure = gr.Plot(label="Measured against the knob", elem_id="sweep-figure")
+    table = gr.Dataframe(label="One row per finished value (as sweep.csv)", elem_id="sweep-points")
+    stored = gr.Dataframe(label="Stored sweeps (kept as each value finishes, partial ones too)",
+                          elem_id="sweep-stored")
+    return SweepTab(knob=knob, values=values, form=[knob, values, users, workload, requests, output_len], run=run,
+                    cancel=cancel, message=message, progress=progress, points=[figure, table], stored=stored)
+
+
+def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) -> None:
+    """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
+    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private")
+    tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep")
+    tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep")
+    groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
+              (handlers.points_key, handlers.points, tab.points),
+              (handlers.ended_key, handlers.stored, [tab.stored])]
+    redraw_on_change(groups, tick_s, quiet)

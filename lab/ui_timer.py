@@ -1,0 +1,23 @@
+"""The one wiring every tab uses: a gr.Timer writes change keys into gr.State, and redraws hang off them.
+
+As in trackio: every tick reads a cheap key per group of components (a status string, an id and a count);
+a group is redrawn only when its own key changed (the State's change event), so a quiet page costs a few
+attribute reads a second and no figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import gradio as gr
+
+Group = tuple[Callable, Callable, list]  # (key, redraw, the components redraw returns)
+
+
+def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> None:
+    """Wire one timer for ``groups`` (call inside the Blocks)."""
+    keys = [gr.State(None) for _ in groups]
+    # queued: only a queued event reports which States it changed, and so fires their change events
+    gr.Timer(tick_s).tick(lambda: [key() for key, _, _ in groups], None, keys, **quiet)
+    for state, (_, redraw, outputs) in zip(keys, groups, strict=True):
+        state.change(redraw, None, outputs, queue=False, **quiet)
