@@ -32,7 +32,7 @@ import logging
 import os
 import sys
 
-from lab.config import ENGINE_NAMES, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import ENGINE_NAMES, MAX_REQUESTS, MAX_USERS, EngineConfig, LoadConfig, RunPlan, parse_users
 from lab.experiments import EXPERIMENTS
 from lab.load.workloads import WORKLOADS
 from lab.status import RunStatus
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
     bench.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests per engine")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--max-users", type=int, default=MAX_USERS,
+                       help=f"refuse levels past this many users (default {MAX_USERS})")
+    bench.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                       help=f"refuse levels past this many requests (default {MAX_REQUESTS})")
     bench.add_argument("--out", default="results/latest", help="folder for summary.json and requests.csv")
     add_engine_args(bench)
     setup = sub.add_parser("setup-model", help="build the embedded SmolLM2 folder once and print its path")
@@ -127,7 +131,7 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
     load = LoadConfig(
         users=parse_users(args.users), workload=args.workload, requests_per_user=requests,
         duration_s=args.duration, output_len=args.output_len, exact_lengths=not args.no_exact,
-        warmup_requests=args.warmup, seed=args.seed,
+        warmup_requests=args.warmup, seed=args.seed, max_users=args.max_users, max_requests=args.max_requests,
     )
     return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
 

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 ENGINE_NAMES = ("hf", "vllm")
 CPU_ATTENTION = ("auto", "amx", "vec")
+CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
+MAX_USERS = 256  # concurrent users per level: vLLM's own default max_num_seqs; beyond it requests only queue
+MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
 
 
 @dataclass(frozen=True)
@@ -120,11 +123,14 @@ class EngineConfig:
         return None
 
     def check_block_size(self) -> None:
-        """Reject a block size the CPU build fails on only after ~30 s of start-up."""
+        """Reject a block size vLLM's attention backend here fails on only after its start-up."""
         if self.resolved_device() == "cpu" and self.resolved_block_size() % 32:
             raise ValueError(
                 f"block_size={self.block_size}: vLLM's CPU build needs a multiple of 32 (e.g. 32, 128)"
             )
+        if self.resolved_device() == "cuda" and self.resolved_block_size() not in CUDA_BLOCK_SIZES:
+            raise ValueError(f"block_size={self.block_size}: on CUDA the lab runs vLLM with blocks of "
+                             f"{' or '.join(map(str, CUDA_BLOCK_SIZES))} tokens (what its attention backends share)")
 
     def with_overrides(self, **changes) -> EngineConfig:
         """A copy with some fields changed (validated again)."""
@@ -146,6 +152,8 @@ class LoadConfig:
         exact_lengths: Ignore EOS so each request makes exactly its output length (fair token counts).
         warmup_requests: Requests sent to each engine before its first level and not measured.
         seed: Seed of the workload's length and prompt sampling.
+        max_users: The most concurrent users a level may have (``lab bench --max-users`` raises it).
+        max_requests: The most measured requests a level may send (``lab bench --max-requests`` raises it).
     """
 
     users: tuple[int, ...] = DEFAULT_USERS
@@ -156,6 +164,8 @@ class LoadConfig:
     exact_lengths: bool = True
     warmup_requests: int = 2
     seed: int = 0
+    max_users: int = MAX_USERS
+    max_requests: int = MAX_REQUESTS
 
     def __post_init__(self) -> None:
         from lab.load.workloads import WORKLOADS
@@ -165,6 +175,7 @@ class LoadConfig:
         bad = [u for u in self.users if not isinstance(u, int) or u < 1]
         if bad:
             raise ValueError(f"users: every level must be a whole number >= 1, got {bad}")
+        self.check_bounds()
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; choose one of {sorted(WORKLOADS)}")
         if (self.requests_per_user is None) == (self.duration_s is None):
@@ -177,6 +188,17 @@ class LoadConfig:
             raise ValueError(f"output_len must be at least 1 token, not {self.output_len}")
         if self.warmup_requests < 0:
             raise ValueError("warmup_requests must be >= 0")
+
+    def check_bounds(self) -> None:
+        """The work a level may ask for: at most max_users users and max_requests requests."""
+        most = max(self.users)
+        if most > self.max_users:
+            raise ValueError(f"users: {most} is past the limit of {self.max_users} concurrent users per level "
+                             f"(`python -m lab bench --max-users` raises it)")
+        if self.requests_per_user is not None and most * self.requests_per_user > self.max_requests:
+            raise ValueError(f"{most} users x {self.requests_per_user} requests per user = "
+                             f"{most * self.requests_per_user} requests, past the limit of {self.max_requests} "
+                             f"per level (`python -m lab bench --max-requests` raises it)")
 
 
 @dataclass(frozen=True)

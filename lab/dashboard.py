@@ -12,7 +12,7 @@ from typing import Any
 from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
 from lab.environment import GIB
 from lab.plots import (
-    hf_kv_figure,
+    kv_tokens_figure,
     latency_table,
     queue_figure,
     ratio_bars,
@@ -21,6 +21,7 @@ from lab.plots import (
     vllm_kv_figure,
 )
 from lab.runs import RUNNING, RunResult, summary_dict
+from lab.status import RequestStatus
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
 
@@ -48,6 +49,8 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
     out = int(output_len) if output_len else None  # 0 or empty: the workload's own lengths
     if amount is None:
         raise ValueError(f"{bound.capitalize()}: give a number.")
+    if bound == BOUND_REQUESTS and (amount < 1 or amount != int(amount)):
+        raise ValueError(f"Requests per user: give a whole number of at least 1, not {amount:g}.")
     load = LoadConfig(
         users=users, workload=workload, output_len=out,
         requests_per_user=int(amount) if bound == BOUND_REQUESTS else None,
@@ -59,16 +62,20 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
 def progress_text(result: RunResult | None) -> str:
     """One line: which engine and level is running and how many requests are done."""
     if result is None:
-        return "No run yet: choose a workload and press Run."
+        return "No run yet: once the line at the top says the engines are ready, choose a workload and press Run."
     current = result.current()
     total_done = sum(len(lvl.records) for lvl in result.levels)
     if result.status == RUNNING and current is not None:
         planned = f"/{current.planned}" if current.planned else ""
-        return (f"Running {result.run_id}: **{current.engine}** at **{current.users}** users, "
+        return (f"Running {result.run_id}: **{current.engine}** at **{current.users}** "
+                f"user{'s' if current.users > 1 else ''}, "
                 f"{len(current.records)}{planned} requests done in this level ({total_done} in the run).")
     if result.status == RUNNING:
         return f"Running {result.run_id}: {result.message}"
-    return f"Run {result.run_id} {result.message} ({total_done} requests measured)."
+    finished = sum(1 for lvl in result.levels for r in lvl.records if r.status == RequestStatus.OK)
+    unfinished = total_done - finished
+    return (f"Run {result.run_id} {result.message}: {finished} requests finished"
+            + (f", {unfinished} stopped or failed before their last token" if unfinished else "") + ".")
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class LiveView:
     tok_s_bars: Any
     ratio: Any
     vllm_kv: Any
-    hf_kv: Any
+    kv_tokens: Any
     queue: Any
     latency: Any
 
@@ -90,7 +97,7 @@ def live_view(result: RunResult) -> LiveView:
     summary = summary_dict(result)
     return LiveView(
         progress=progress_text(result), throughput=throughput_figure(result), tok_s_bars=tok_s_bars(summary),
-        ratio=ratio_bars(summary), vllm_kv=vllm_kv_figure(result), hf_kv=hf_kv_figure(result),
+        ratio=ratio_bars(summary), vllm_kv=vllm_kv_figure(result), kv_tokens=kv_tokens_figure(result),
         queue=queue_figure(result), latency=latency_table(summary),
     )
 

@@ -21,6 +21,7 @@ from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
 from lab.session import LabSession, SessionCheck, check_session
+from lab.status import RunStatus
 from lab.store import save_experiment, save_run, save_sweep
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,18 @@ class LoadStatus:
     total_steps: int = 0
     ready: bool = False
     error: str = ""
+    started_s: float = field(default_factory=time.monotonic)
 
     def text(self) -> str:
-        """One line for the page."""
+        """One line for the page (while loading it changes every second: the elapsed time)."""
         if self.error:
             return f"Loading failed: {self.error}"
         if self.ready:
             return "Engines ready."
         done = max(0, len(self.steps) - 1)
         current = self.steps[-1] if self.steps else "starting"
-        return f"Loading ({done}/{self.total_steps} steps done): {current}"
+        elapsed = time.monotonic() - self.started_s
+        return f"Loading ({done}/{self.total_steps} steps done, {elapsed:.0f} s so far): {current}"
 
 
 def _poll_until(done, timeout_s: float | None, every_s: float = 0.2) -> bool:
@@ -136,7 +139,7 @@ class LabHost:
         if not self.status.ready:
             return self.status.text()
         if self.running():
-            return "A run or experiment is already in progress (maybe from another browser): watching it live."
+            return "A run, experiment or sweep is already in progress: watching it live."
         return None
 
     def submit(self, plan: RunPlan) -> tuple[bool, str]:
@@ -216,6 +219,9 @@ class LabHost:
         if not self.running():
             return "No run in progress."
         self._loop.call_soon_threadsafe(self._task.cancel)
+        if self.sweep is not None and self.sweep.status == RunStatus.RUNNING:
+            return ("Cancelling the sweep: it stops once the engine restart in progress (if any) has finished, "
+                    "keeps its finished values and restores the session's setting.")
         return "Cancelling: the run stops within about two seconds and keeps what it measured."
 
     def wait_run(self, timeout_s: float | None = None) -> RunResult | None:

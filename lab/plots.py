@@ -10,13 +10,18 @@ from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from lab.metrics import throughput_series
-from lab.metrics.kv import used_blocks
+from lab.metrics.kv import hf_usage_series, used_blocks, vllm_usage_series
 from lab.runs import RunResult
 
 ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, continuous)"}
 ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb"}
+PATTERNS = ("", "/", ".", "x", "-", "+")  # one per compared run
+EMPTY = "nothing measured here yet (or this engine is not in the run)"
+LATENCY_COLUMNS = ["engine", "users", "status", "done", "errors", "out tok/s"] + [
+    f"{metric} {q} (ms)" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]
 MIB = 1024**2
 
 
@@ -27,37 +32,42 @@ def _label(engine: str) -> str:
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=320, margin=dict(l=50, r=20, t=50, b=40),
                       legend=dict(orientation="h", y=-0.25), template="plotly_white")
+    if not fig.data:  # no made-up axes: say there is nothing yet
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.add_annotation(text=EMPTY, showarrow=False, font=dict(color="gray"))
     return fig
 
 
-def _gapped(series_per_level: Sequence[list[tuple[float, float]]]) -> tuple[list, list]:
-    """Join per-level series with None between them, so a line breaks where its engine was idle."""
-    xs, ys = [], []
-    for series in series_per_level:
-        if xs:
-            xs.append(None)
-            ys.append(None)
-        xs.extend(x for x, _ in series)
-        ys.extend(y for _, y in series)
-    return xs, ys
-
-
 def throughput_figure(result: RunResult, bucket_s: float = 1.0) -> go.Figure:
-    """Output tok/s over time, one line per engine (tokens arrived per second of the run)."""
-    fig = go.Figure()
-    for engine in result.plan.engines:
-        levels = [lvl for lvl in result.levels if lvl.engine == engine and lvl.records]
-        if not levels:
-            continue
-        per_level = []
-        for lvl in levels:
-            series = throughput_series(lvl.records, bucket_s, origin_s=result.origin_s)
-            start = min(r.send_s for r in lvl.records) - result.origin_s
-            per_level.append([(x, y) for x, y in series if x >= start - bucket_s])
-        xs, ys = _gapped(per_level)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_label(engine),
-                                 line=dict(color=ENGINE_COLORS.get(engine))))
-    return _layout(fig, "Output tok/s over time", "seconds since run start", "tok/s")
+    """Output tok/s over time: one panel per user level, both engines over the same axis (seconds since
+    that engine's level began: levels run one engine after the other, so on one time axis they never meet)."""
+    users = list(dict.fromkeys(lvl.users for lvl in result.levels if lvl.records))
+    fig = make_subplots(rows=1, cols=max(1, len(users)), shared_yaxes=True,
+                        subplot_titles=[f"{u} user{'s' if u > 1 else ''}" for u in users] or None)
+    for col, level_users in enumerate(users, 1):
+        for lvl in (lvl for lvl in result.levels if lvl.users == level_users and lvl.records):
+            series = throughput_series(lvl.records, bucket_s, origin_s=min(r.send_s for r in lvl.records))
+            fig.add_trace(go.Scatter(x=[x for x, _ in series], y=[y for _, y in series], mode="lines",
+                                     name=_label(lvl.engine), legendgroup=lvl.engine, showlegend=col == 1,
+                                     line=dict(color=ENGINE_COLORS.get(lvl.engine))), row=1, col=col)
+    _layout(fig, "Output tok/s over time, level by level", "", "tok/s")
+    fig.update_xaxes(title_text="s since the level began")
+    return fig
+
+
+def run_span_s(result: RunResult) -> float | None:
+    """Seconds from the run's start to its last token or engine sample (the time plots share this range)."""
+    ends = [t for lvl in result.levels for r in lvl.records for t in r.token_times_s[-1:]]
+    ends += [s.time_s for lvl in result.levels for s in lvl.samples]
+    return max(ends) - result.origin_s if ends else None
+
+
+def _shared_span(fig: go.Figure, result: RunResult) -> go.Figure:
+    span = run_span_s(result)
+    if span:
+        fig.update_xaxes(range=[0, span])
+    return fig
 
 
 def _headroom(fig: go.Figure, values: Sequence[float]) -> go.Figure:
@@ -108,21 +118,36 @@ def vllm_kv_figure(result: RunResult) -> go.Figure:
                                  line=dict(color=ENGINE_COLORS["vllm"])))
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[info.kv_total_blocks] * 2 if info else [None, None],
                                  mode="lines", name="blocks total", line=dict(dash="dash", color="gray")))
-    return _layout(fig, title, "seconds since run start", "blocks")
+    return _shared_span(_layout(fig, title, "seconds since run start", "blocks"), result)
 
 
-def hf_kv_figure(result: RunResult) -> go.Figure:
-    """HF KV memory its static batches reserved vs the part holding real tokens, over time (MiB)."""
-    samples = [s for lvl in result.levels if lvl.engine == "hf" for s in lvl.samples
-               if s.kv_reserved_bytes is not None]  # an engine without byte figures draws nothing
+def kv_tokens_figure(result: RunResult) -> go.Figure:
+    """Both engines' KV cache in one unit (tokens), over run time: what each holds, and the part of it
+    holding the requests' real tokens. HF holds batch x padded length (its reserved bytes / bytes per
+    token); vLLM holds its used blocks x block size (its own statistic); real = prompt + output so far."""
     fig = go.Figure()
-    if samples:
-        xs = [s.time_s - result.origin_s for s in samples]
-        fig.add_trace(go.Scatter(x=xs, y=[s.kv_reserved_bytes / MIB for s in samples], mode="lines", line_shape="hv",
-                                 name="reserved by static batch", line=dict(color=ENGINE_COLORS["hf"])))
-        fig.add_trace(go.Scatter(x=xs, y=[s.kv_real_bytes / MIB for s in samples], mode="lines", line_shape="hv",
-                                 name="holding real tokens", line=dict(color="#f2a541")))
-    return _layout(fig, "HF KV cache: reserved vs real tokens", "seconds since run start", "MiB")
+    for engine in result.plan.engines:
+        series = _kv_series(result, engine)
+        if not series:
+            continue
+        label, color = ("HF", ENGINE_COLORS["hf"]) if engine == "hf" else ("vLLM", ENGINE_COLORS["vllm"])
+        xs = [row[0] - result.origin_s for row in series]
+        fig.add_trace(go.Scatter(x=xs, y=[row[1] for row in series], mode="lines", line_shape="hv",
+                                 name=f"{label}: held", line=dict(color=color)))
+        fig.add_trace(go.Scatter(x=xs, y=[row[2] for row in series], mode="lines", line_shape="hv",
+                                 name=f"{label}: real tokens", line=dict(color=color, dash="dot")))
+    return _shared_span(_layout(fig, "KV cache held vs holding real tokens, both engines", "seconds since run start",
+                                "tokens"), result)
+
+
+def _kv_series(result: RunResult, engine: str) -> list[tuple]:
+    """(time, held tokens, real tokens, ...) of one engine over its levels (lab.metrics.kv's definitions)."""
+    levels = [lvl for lvl in result.levels if lvl.engine == engine]
+    if engine == "vllm":
+        return [row for lvl in levels for row in vllm_usage_series(lvl.samples, lvl.records)]
+    info = result.engine_info.get(engine)
+    per_token = info.kv_bytes_per_token if info else None
+    return [row for lvl in levels for row in hf_usage_series(lvl.samples, per_token)] if per_token else []
 
 
 def queue_figure(result: RunResult) -> go.Figure:
@@ -138,7 +163,7 @@ def queue_figure(result: RunResult) -> go.Figure:
                                  name=f"{_label(engine)}: running", line=dict(color=color)))
         fig.add_trace(go.Scatter(x=xs, y=[s.waiting for s in samples], mode="lines", line_shape="hv",
                                  name=f"{_label(engine)}: waiting", line=dict(color=color, dash="dot")))
-    return _layout(fig, "Requests running / waiting", "seconds since run start", "requests")
+    return _shared_span(_layout(fig, "Requests running / waiting", "seconds since run start", "requests"), result)
 
 
 def latency_table(summary: dict) -> pd.DataFrame:
@@ -153,17 +178,19 @@ def latency_table(summary: dict) -> pd.DataFrame:
                 value = r[metric][q]
                 row[f"{metric[:-2].upper()} {q} (ms)"] = None if value is None else round(value * 1000, 1)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
 
 def compare_figure(summaries: Sequence[dict]) -> go.Figure:
     """Output tok/s per user level for several stored runs side by side."""
     fig = go.Figure()
-    for s in summaries:
+    for index, s in enumerate(summaries):  # each engine keeps its colour; each run gets its own pattern
         for engine in s["engines"]:
             rows = [r for r in s["runs"] if r["engine"] == engine]
             fig.add_trace(go.Bar(x=[str(r["users"]) for r in rows], y=[r["output_tok_s"] for r in rows],
-                                 name=f"{s['run_id'][:6]} {engine} ({s['workload']})"))
+                                 name=f"{s['run_id'][:6]} {engine} ({s['workload']})",
+                                 marker=dict(color=ENGINE_COLORS.get(engine),
+                                             pattern_shape=PATTERNS[index % len(PATTERNS)])))
     fig.update_layout(barmode="group")
     return _layout(fig, "Output tok/s: runs compared", "concurrent users", "tok/s")
 

@@ -106,10 +106,15 @@ class Observer(Protocol):
     def on_complete(self, result: RunResult) -> None: ...
 
 
+def level_seed(load, users: int) -> int:
+    """The seed of one user level's requests (the same for every engine)."""
+    return load.seed * 1000 + users
+
+
 def level_requests(tokenizer, plan: RunPlan, users: int) -> Iterator[GenRequest]:
     """The requests of one user level: identical for every engine (same seed, same ids)."""
     load = plan.load
-    seed = load.seed * 1000 + users
+    seed = level_seed(load, users)
     if load.requests_per_user is not None:
         yield from make_requests(tokenizer, load.workload, users * load.requests_per_user, seed,
                                  load.output_len, load.exact_lengths, prefix=f"u{users}")

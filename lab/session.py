@@ -71,6 +71,19 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
     return SessionCheck(model_path, model_label(model_path), device, plan)
 
 
+async def through_cancel(coro) -> tuple:
+    """Run ``coro`` to its end even if the caller is cancelled meanwhile: (its result, whether a cancel came)."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+
+
 class LabSession:
     """Started engines over one model; one run at a time."""
 
@@ -179,14 +192,20 @@ class LabSession:
 
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
         """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
-        old = self.engines.pop(name, None)
-        self.configs.pop(name, None)
-        if old is not None:
-            await old.stop()
+        old = self.engines.get(name)
+        if old is not None:  # a stop or start runs in a thread and cannot be interrupted: finish it, then cancel
+            _, cancelled = await through_cancel(old.stop())
+            self.engines.pop(name, None)
+            self.configs.pop(name, None)
+            if cancelled:
+                raise asyncio.CancelledError
         engine = create_engine(name, config, self.check.model_path)
-        self.info[name] = await engine.start()
+        info, cancelled = await through_cancel(engine.start())
+        self.info[name] = info
         self.engines[name], self.configs[name] = engine, config
-        return self.info[name]
+        if cancelled:
+            raise asyncio.CancelledError
+        return info
 
     async def stop(self) -> None:
         """Stop every engine (vLLM's processes included)."""

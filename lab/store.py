@@ -92,22 +92,34 @@ def save_run(db_path: str | Path, result: RunResult) -> None:
 
 
 def list_runs(db_path: str | Path) -> list[dict]:
-    """Every stored run, newest first, as table rows (model, device, args, workload, tok/s, ratio)."""
-    with closing(connect(db_path)) as conn:
-        rows = conn.execute("select run_id, summary_json from runs order by started_at desc").fetchall()
-    table = []
-    for run_id, text in rows:
-        s = json.loads(text)
-        tok = {f"{r['engine']}@{r['users']}": round(r["output_tok_s"], 1) for r in s["runs"]}
-        table.append({
-            "run_id": run_id, "started_at": s["started_at"], "status": s["status"], "model": s["model"],
-            "device": s["device"].get("name", ""), "workload": s["workload"],
-            "users": ",".join(str(u) for u in s["users"]), "engines": ",".join(s["engines"]),
-            "output tok/s": json.dumps(tok),
-            "ratio vLLM/HF": json.dumps({k: round(v, 2) for k, v in s["ratio"].items()}),
-            "engine args": json.dumps(s.get("engine_args", {}), default=str),
-        })
-    return table
+    """Every stored run, newest first, as a readable table row: when, device, workload, users, output length,
+    requests per user, and numbers at the run's top user level (each engine's tok/s and the ratio)."""
+    return [run_row(summary) for summary in list_summaries(db_path, limit=None)]
+
+
+def run_row(s: dict) -> dict:
+    """One run as the Results table shows it (engine args stay in the detail view)."""
+    top = max(s["users"])
+    tok = {r["engine"]: r["output_tok_s"] for r in s["runs"] if r["users"] == top}
+    ratio = s["ratio"].get(str(top))
+    load = s.get("load", {})
+    return {
+        "run_id": s["run_id"], "started": s["started_at"].replace("T", " ")[:16], "status": s["status"],
+        "device": s["device"].get("name", ""), "model": s["model"], "workload": s["workload"],
+        "users": ",".join(str(u) for u in s["users"]),
+        "output len": load.get("output_len") or "workload's",
+        "per user": (f"{load['requests_per_user']} req" if load.get("requests_per_user")
+                     else f"{load.get('duration_s')} s"),
+        "top level": top,
+        "HF tok/s": None if tok.get("hf") is None else round(tok["hf"], 1),
+        "vLLM tok/s": None if tok.get("vllm") is None else round(tok["vllm"], 1),
+        "vLLM/HF": None if ratio is None else round(ratio, 2),
+    }
+
+
+def run_label(row: dict) -> str:
+    """A run as the compare dropdown names it."""
+    return f"{row['started']} · {row['workload']} · users {row['users']} · {row['status']} ({row['run_id']})"
 
 
 def load_summary(db_path: str | Path, run_id: str) -> dict:
@@ -165,4 +177,12 @@ def _list_results(db_path: str | Path, table: str, kind_column: str, kind: str |
     with closing(connect(db_path)) as conn:
         rows = conn.execute(f"select result_json from {table}{where} order by started_at desc",
                             (kind,) if kind else ()).fetchall()
+    return [json.loads(text) for (text,) in rows]
+
+
+def list_summaries(db_path: str | Path, limit: int | None = 200) -> list[dict]:
+    """The newest stored runs' summary.json dicts (all of them with limit None)."""
+    with closing(connect(db_path)) as conn:
+        rows = conn.execute("select summary_json from runs order by started_at desc limit ?",
+                            (-1 if limit is None else limit,)).fetchall()
     return [json.loads(text) for (text,) in rows]

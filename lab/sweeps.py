@@ -174,10 +174,10 @@ async def run_sweep(session, plan: SweepPlan, result: SweepResult | None = None,
     Returns:
         The result: ok, failed (error set) or cancelled, with every finished point.
     """
-    plan.check(session.config, session.held_bytes(plan.engine))
     result = result or new_sweep(session, plan)
     notify = on_update or (lambda r: None)
     try:
+        plan.check(session.config, session.held_bytes(plan.engine))
         for index, config in enumerate(plan.configs(session.config)):
             value, left = plan.values[index], len(plan.values) - index - 1
             where = f"{plan.knob}={value} ({index + 1}/{len(plan.values)}; {left} left after it)"
@@ -208,6 +208,8 @@ async def restore(session, engine: str, result: SweepResult) -> None:
     try:
         await session.restart_engine(engine, session.config)
         result.message = f"{done}; {engine} restored with the session's setting"
+    except asyncio.CancelledError:  # a second cancel: the restart itself still finished (restart_engine)
+        result.message = f"{done}; {engine} restored with the session's setting (a second cancel came meanwhile)"
     except Exception as exc:
         log.exception("restoring %s failed", engine)
         result.error = result.error or f"restoring {engine} failed: {exc}"
@@ -232,20 +234,23 @@ async def measure_point(session, plan: SweepPlan, config: EngineConfig, result: 
         point[f"output_tok_s@{s.users}"] = s.output_tok_s
         point[f"ttft_p50_s@{s.users}"] = s.ttft_s.p50
         point[f"tpot_p50_s@{s.users}"] = s.tpot_s.p50
-        point[f"kv_peak_used_blocks@{s.users}"] = level.kv.get("peak_used_blocks")
-        point[f"kv_peak_reserved_bytes@{s.users}"] = level.kv.get("peak_reserved_bytes")
+        if plan.engine == "vllm":
+            point[f"kv_peak_used_blocks@{s.users}"] = level.kv.get("peak_used_blocks")
+        else:
+            point[f"kv_peak_reserved_bytes@{s.users}"] = level.kv.get("peak_reserved_bytes")
     return point
 
 
-def write_sweep(result: SweepResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write DIR/sweep.json and DIR/sweep.csv (one row per value)."""
+def write_sweep(result: SweepResult | dict, out_dir: str | Path) -> dict[str, Path]:
+    """Write DIR/sweep.json and DIR/sweep.csv (one row per value), from a result or a stored sweep.json dict."""
+    data = result if isinstance(result, dict) else result.to_dict()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "sweep.json", "csv": out / "sweep.csv"}
-    paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    columns = list(dict.fromkeys(k for p in result.points for k in p)) or ["value"]
+    paths["json"].write_text(json.dumps(data, indent=2, default=str))
+    columns = list(dict.fromkeys(k for p in data["points"] for k in p)) or ["value"]
     with paths["csv"].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(result.points)
+        writer.writerows(data["points"])
     return paths

@@ -27,20 +27,24 @@ from lab.dashboard import (
     plan_from_inputs,
     progress_text,
 )
+from lab.estimate import estimate_text
 from lab.host import LabHost
 from lab.load.workloads import WORKLOADS
-from lab.plots import compare_figure, compare_ratio_figure, latency_table
+from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
 from lab.presets import workshop_demo
 from lab.runs import RUNNING, summary_dict
-from lab.store import export_run, list_runs, load_summary
+from lab.store import export_run, list_runs, list_summaries, load_summary, run_label
 from lab.ui_kv import build_kv_tab
-from lab.ui_sweep import build_sweep_tab
+from lab.ui_sweep import SweepHandlers, build_sweep_tab
 from lab.ui_timer import redraw_on_change
 
 INTRO = """# KV Lab — why vLLM outruns HF `generate()`
 One model, loaded twice in this process: **HF transformers** with static batching (a padded batch runs until
 its longest request ends; its KV cache is one contiguous block per batch) and **vLLM** (PagedAttention and
 continuous batching). Pick a workload and concurrent users, press **Run**, and watch both measured live."""
+PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one second; a level's bar divides all "
+             "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
+             "are left, so the per-second peaks lie above the bar.*")
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 
@@ -60,6 +64,33 @@ class Handlers:
             return f"**Input error:** {exc}"
         started, message = self.host.submit(plan)
         return message if started else f"**Not started:** {message}"
+
+    def estimate(self, engines, users, workload, output_len, bound, amount) -> str:
+        """How long the form's run should take here, learned from stored runs (or the input error, early)."""
+        try:
+            plan = plan_from_inputs(self.host.config, engines, users, workload, output_len, bound, amount)
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
+        return estimate_text(plan, list_summaries(self.host.db_path), self.host.check.model,
+                             self.host.check.memory.device.name)
+
+    def run_ended(self, message: str):
+        """Once the run has ended, this page's 'started' or 'Cancelling' line for it says so (others stay)."""
+        result = self.host.result
+        if result is None or not (result.run_id in (message or "") or (message or "").startswith("Cancelling")):
+            return gr.skip()
+        return f"Run {result.run_id} ended: {result.status}."
+
+    def form_now(self) -> list:
+        """The running run's settings, for a browser that opens the page while it goes (else unchanged)."""
+        result = self.host.result
+        if result is None or result.status != RUNNING:
+            return [gr.skip()] * 6
+        load = result.plan.load
+        bound, amount = (BOUND_REQUESTS, load.requests_per_user) if load.requests_per_user else (
+            BOUND_SECONDS, load.duration_s)
+        return [list(result.plan.engines), ",".join(map(str, load.users)), load.workload, load.output_len or 0,
+                bound, amount]
 
     def demo_form(self) -> list:
         """The Workshop demo's form values for this device (the button then presses Run)."""
@@ -115,7 +146,12 @@ class Handlers:
             return [progress_text(None)] + [gr.skip()] * 7
         view = live_view(result)
         return [view.progress, view.throughput, view.tok_s_bars, view.ratio, view.queue, view.vllm_kv,
-                view.hf_kv, view.latency]
+                view.kv_tokens, view.latency]
+
+    def buttons(self) -> tuple:
+        """Run and Workshop demo: pressable once the engines are ready."""
+        ready = gr.update(interactive=self.host.status.ready)
+        return ready, ready
 
     def environment(self) -> tuple[str, dict]:
         """The Environment tab: readable text and the raw dict."""
@@ -123,18 +159,18 @@ class Handlers:
         return environment_markdown(env), env
 
     def load_runs(self) -> tuple[pd.DataFrame, Any]:
-        """The stored runs, and the compare dropdown's choices."""
-        frame = pd.DataFrame(list_runs(self.host.db_path))
-        return frame, gr.update(choices=list(frame["run_id"]) if len(frame) else [])
+        """The stored runs, and the compare dropdown's choices (labelled)."""
+        rows = list_runs(self.host.db_path)
+        return pd.DataFrame(rows), gr.update(choices=[(run_label(row), row["run_id"]) for row in rows])
 
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
         return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
-                str(paths["requests"]), str(paths["summary"]))
+                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]))
 
 
 @dataclass
@@ -142,6 +178,7 @@ class LoadTab:
     """The Load-test tab's components: the form (in start_run's order), its buttons, what draws live."""
 
     form: list
+    estimate: gr.Markdown
     run: gr.Button
     demo: gr.Button
     cancel: gr.Button
@@ -184,11 +221,14 @@ def build_app(host: LabHost) -> gr.Blocks:
         with gr.Tabs():
             load = _load_tab(host)
             build_kv_tab(host, TICK_S, QUIET)
-            build_sweep_tab(host, TICK_S, QUIET)
+            sweeps = build_sweep_tab(host, TICK_S, QUIET)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         _wire_timer(handlers, header, load, results, env)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
+        app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
+        app.load(handlers.form_now, None, load.form, api_visibility="private").then(
+            handlers.estimate, load.form, [load.estimate], api_visibility="private")
         gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
 
@@ -197,14 +237,15 @@ def _load_tab(host: LabHost) -> LoadTab:
     """The Load-test tab: the form, Run and Cancel, then the live figures."""
     with gr.Tab("Load test", id="load"):
         form = _form()
+        estimate = gr.Markdown(elem_id="estimate")
         with gr.Row():
-            run = gr.Button("Run", variant="primary", elem_id="run")
-            demo = gr.Button("Workshop demo", elem_id="demo")
+            run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
+            demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
             cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
         gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
         message = gr.Markdown(elem_id="message")
         live = _live_outputs(host)
-    return LoadTab(form=form, run=run, demo=demo, cancel=cancel, message=message, live=live)
+    return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live)
 
 
 def _form() -> list:
@@ -228,14 +269,16 @@ def _live_outputs(host: LabHost) -> list:
     with gr.Row():
         throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
         bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
+    gr.Markdown(PEAK_NOTE, elem_id="peak-note")
     with gr.Row():
         ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
         queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
     with gr.Row():
         vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
-        hf_kv = gr.Plot(label="HF KV reserved vs real", elem_id="plot-hf-kv")
-    latency = gr.Dataframe(label="Latency (ms) per engine and user level", elem_id="latency")
-    return [progress, throughput, bars, ratio, queue, vllm_kv, hf_kv, latency]
+        kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
+    latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and user level",
+                           elem_id="latency")
+    return [progress, throughput, bars, ratio, queue, vllm_kv, kv_tokens, latency]
 
 
 def _results_tab() -> ResultsTab:
@@ -247,10 +290,11 @@ def _results_tab() -> ResultsTab:
         with gr.Row():
             compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
         compare_table = gr.Dataframe(label="Latency of the first chosen run")
+        args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
     return ResultsTab(refresh=refresh, runs=[runs_table, chosen], chosen=chosen,
-                      compared=[compare_plot, compare_ratio, compare_table, csv_file, json_file])
+                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file])
 
 
 def _environment_tab() -> EnvironmentTab:
@@ -268,7 +312,9 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.status_key, handlers.status_lines, header),
         (handlers.live_key, handlers.live, load.live),
         (handlers.finished_key, handlers.load_runs, results.runs),
+        (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.ready_key, handlers.environment, env.shown),
+        (handlers.ready_key, handlers.buttons, [load.run, load.demo]),
     ]
     redraw_on_change(groups, TICK_S, QUIET)
 
@@ -276,6 +322,8 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
     load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run")
+    for component in load.form:
+        component.change(handlers.estimate, load.form, [load.estimate], api_visibility="private", queue=False)
     load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
         handlers.start_run, load.form, [load.message], api_visibility="private")
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")

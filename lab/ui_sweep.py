@@ -8,6 +8,7 @@ value finishes, and the stored sweeps when one ends. The figure is lab.plots_swe
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 
 import gradio as gr
@@ -19,7 +20,7 @@ from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
 from lab.store import list_sweeps
-from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress
+from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
 from lab.ui_timer import redraw_on_change
 
 DEFAULT_KNOB = "max_num_seqs"
@@ -81,12 +82,25 @@ class SweepHandlers:
             return gr.skip(), gr.skip()
         return sweep_figure(sweep.to_dict()), pd.DataFrame(sweep.points).round(3)
 
-    def stored(self) -> pd.DataFrame:
-        """Stored sweeps, newest first: id, knob, values, status, start and what each value measured."""
-        rows = [{"sweep_id": s["sweep_id"], "started_at": s["started_at"], "knob": s["knob"], "status": s["status"],
-                 "values": ",".join(map(str, s["values"])), "finished": len(s["points"]), "model": s["model"]}
-                for s in list_sweeps(self.host.db_path)]
-        return pd.DataFrame(rows)
+    def stored(self) -> tuple:
+        """Stored sweeps, newest first (id, start, knob, status, values, how many finished), and the choices
+        of the dropdown that shows one."""
+        sweeps = list_sweeps(self.host.db_path)
+        rows = [{"sweep_id": s["sweep_id"], "started": s["started_at"].replace("T", " ")[:16], "knob": s["knob"],
+                 "status": s["status"], "values": ",".join(map(str, s["values"])), "finished": len(s["points"]),
+                 "device": s.get("device", {}).get("name", ""), "model": s["model"]} for s in sweeps]
+        choices = [(f"{r['started']} · {r['knob']} {r['values']} · {r['status']} ({r['sweep_id']})", r["sweep_id"])
+                   for r in rows]
+        return pd.DataFrame(rows), gr.update(choices=choices)
+
+    def show(self, sweep_id: str | None) -> tuple:
+        """A stored sweep's figure, its points, and its sweep.json and sweep.csv to download."""
+        sweep = next((s for s in list_sweeps(self.host.db_path) if s["sweep_id"] == sweep_id), None)
+        if sweep is None:
+            return gr.skip(), gr.skip(), None, None
+        paths = write_sweep(sweep, tempfile.mkdtemp(prefix="kvlab-sweep-"))
+        return (sweep_figure(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
+                str(paths["csv"]))
 
 
 @dataclass
@@ -101,7 +115,9 @@ class SweepTab:
     message: gr.Markdown
     progress: gr.Markdown
     points: list  # figure and table, in SweepHandlers.points's order
-    stored: gr.Dataframe
+    stored: list  # table and the dropdown's choices, in SweepHandlers.stored's order
+    chosen: gr.Dropdown
+    files: list  # sweep.json and sweep.csv of the chosen one
 
 
 def build_sweep_tab(host: LabHost, tick_s: float, quiet: dict) -> SweepTab:
@@ -134,8 +150,13 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     table = gr.Dataframe(label="One row per finished value (as sweep.csv)", elem_id="sweep-points")
     stored = gr.Dataframe(label="Stored sweeps (kept as each value finishes, partial ones too)",
                           elem_id="sweep-stored")
+    chosen = gr.Dropdown([], label="Show a stored sweep (its figure and points above, its files here)",
+                         elem_id="sweep-chosen")
+    with gr.Row():
+        files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv")]
     return SweepTab(knob=knob, values=values, form=[knob, values, users, workload, requests, output_len], run=run,
-                    cancel=cancel, message=message, progress=progress, points=[figure, table], stored=stored)
+                    cancel=cancel, message=message, progress=progress, points=[figure, table],
+                    stored=[stored, chosen], chosen=chosen, files=files)
 
 
 def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) -> None:
@@ -143,7 +164,8 @@ def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) ->
     tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private")
     tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep")
     tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep")
+    tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
               (handlers.points_key, handlers.points, tab.points),
-              (handlers.ended_key, handlers.stored, [tab.stored])]
+              (handlers.ended_key, handlers.stored, tab.stored)]
     redraw_on_change(groups, tick_s, quiet)

@@ -7,17 +7,17 @@ attribute reads a second and no figures.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import gradio as gr
 
-Group = tuple[Callable, Callable, list]  # (key, redraw, the components redraw returns)
+Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
 
 
 def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> None:
     """Wire one timer for ``groups`` (call inside the Blocks)."""
     keys = [gr.State(None) for _ in groups]
     # queued: only a queued event reports which States it changed, and so fires their change events
-    gr.Timer(tick_s).tick(lambda: [key() for key, _, _ in groups], None, keys, **quiet)
-    for state, (_, redraw, outputs) in zip(keys, groups, strict=True):
-        state.change(redraw, None, outputs, queue=False, **quiet)
+    gr.Timer(tick_s).tick(lambda: [group[0]() for group in groups], None, keys, **quiet)
+    for state, (_, redraw, outputs, *inputs) in zip(keys, groups, strict=True):
+        state.change(redraw, inputs[0] if inputs else None, outputs, queue=False, **quiet)

@@ -91,6 +91,8 @@ def test_memory_plan_on_cpu_checks_ram():
     (["bench", "--output-len", "5000", "--users", "1"], "5000 tokens"),
     (["bench", "--workload", "prefill", "--max-model-len", "1024"], "max_model_len 1024"),
     (["bench", "--cpu-attention", "avx"], "invalid choice"),
+    (["bench", "--users", "100000"], "100000 is past the limit of 256 concurrent users per level"),
+    (["bench", "--users", "300", "--max-users", "512", "--requests-per-user", "10"], "3000 requests, past"),
     (["check", "--engines", "hf"], "two engines"),
     (["check", "--device", "cpu", "--block-size", "16"], "multiple of 32"),
 ])
@@ -135,8 +137,25 @@ def test_load_status_counts_steps_done():
 
     status = LoadStatus(total_steps=3)
     status.steps += ["loading tokenizer", "starting engine 1/2: vllm"]
-    assert status.text() == "Loading (1/3 steps done): starting engine 1/2: vllm"
+    text = status.text()
+    assert text.startswith("Loading (1/3 steps done, ") and text.endswith(" s so far): starting engine 1/2: vllm")
     status.steps.append("starting engine 2/2: hf")
-    assert status.text().startswith("Loading (2/3 steps done)")
+    assert status.text().startswith("Loading (2/3 steps done, ")
     status.ready = True
     assert status.text() == "Engines ready."
+
+
+def test_work_is_bounded_and_the_cli_can_raise_the_bounds():
+    with pytest.raises(ValueError, match="lab bench --max-users"):
+        LoadConfig(users=(1, 100000))
+    with pytest.raises(ValueError, match="256 users x 10 requests per user = 2560 requests"):
+        LoadConfig(users=(256,), requests_per_user=10)
+    assert LoadConfig(users=(1000,), requests_per_user=1, max_users=1000).users == (1000,)
+    assert LoadConfig(users=(256,), requests_per_user=None, duration_s=30).users == (256,)  # no count to bound
+
+
+def test_cuda_block_sizes_are_the_backends_16_or_32():
+    EngineConfig(device="cuda", block_size=32).check_block_size()
+    EngineConfig(device="cuda").check_block_size()  # the default, 16
+    with pytest.raises(ValueError, match="on CUDA the lab runs vLLM with blocks of 16 or 32 tokens"):
+        EngineConfig(device="cuda", block_size=64).check_block_size()

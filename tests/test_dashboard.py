@@ -16,7 +16,7 @@ from lab.dashboard import (
 )
 from lab.engines.fake import FakeEngine
 from lab.environment import GIB
-from lab.runs import execute
+from lab.runs import execute, summary_dict
 from tests.test_driver import fake_result
 from tests.test_plots import KVFake, empty_run, fake_run, plan
 from tests.test_store import cancelled_run
@@ -54,7 +54,8 @@ def test_valid_inputs_make_a_plan():
     (dict(output_len=600, max_model_len=1024), ["600", "1024"]),
     (dict(amount=None), ["Requests per user"]),
     (dict(amount=None, bound=BOUND_SECONDS), ["Seconds per level"]),
-    (dict(amount=0), ["requests_per_user", "0"]),
+    (dict(amount=0), ["Requests per user", "0"]),
+    (dict(amount=0.5), ["Requests per user", "whole number", "0.5"]),
     (dict(amount=0, bound=BOUND_SECONDS), ["duration_s", "0"]),
 ])
 def test_bad_inputs_say_what_is_wrong(changes, named):
@@ -79,14 +80,18 @@ def test_progress_text_through_a_run(char_tokenizer):
     asyncio.run(execute(result.plan, engines, char_tokenizer, result, [Listener()]))
     assert f"Running {result.run_id}: warming up hf" in lines
     assert any("**vllm** at **2** users, 3/4 requests done in this level" in line for line in lines)
-    assert progress_text(result) == f"Run {result.run_id} done (12 requests measured)."
+    assert progress_text(result) == f"Run {result.run_id} done: 12 requests finished."
 
 
-def test_progress_text_of_a_cancelled_run(char_tokenizer):
+def test_progress_text_of_a_cancelled_run_counts_what_the_table_counts(char_tokenizer):
+    from lab.plots import latency_table
+
     result = cancelled_run(char_tokenizer)
-    done = sum(len(lvl.records) for lvl in result.levels)
+    finished = int(latency_table(summary_dict(result))["done"].sum())  # the table's "done": completed requests
+    started = sum(len(lvl.records) for lvl in result.levels)
     text = progress_text(result)
-    assert text.startswith(f"Run {result.run_id} cancelled") and f"({done} requests measured)" in text
+    assert text.startswith(f"Run {result.run_id} cancelled") and f": {finished} requests finished" in text
+    assert (f"{started - finished} stopped or failed" in text) == (started > finished)
 
 
 @pytest.mark.parametrize("finished", [True, False])
@@ -95,8 +100,8 @@ def test_live_view(char_tokenizer, finished):
     view = live_view(result)
     assert isinstance(view, LiveView) and view.progress == progress_text(result)
     assert len(view.latency) == (4 if finished else 0)
-    traces = [len(view.throughput.data), len(view.vllm_kv.data), len(view.hf_kv.data), len(view.queue.data)]
-    assert traces == ([2, 2, 2, 4] if finished else [0, 0, 0, 0])
+    traces = [len(view.throughput.data), len(view.vllm_kv.data), len(view.kv_tokens.data), len(view.queue.data)]
+    assert traces == ([4, 2, 4, 4] if finished else [0, 0, 0, 0])  # throughput: 2 engines x 2 levels
     assert len(view.tok_s_bars.data) == 2 and len(view.ratio.data) == 1
 
 

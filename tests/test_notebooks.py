@@ -66,3 +66,7 @@ def test_notebook_runs_and_every_answer_is_computed(path):
         assert "nan" not in str(a).lower().split() and any(ch.isdigit() for ch in str(a)), str(a)
         assert a._repr_markdown_().startswith("<details>")
     assert not namespace["session"].engines  # the last cell stopped the engines
+    if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
+        blocks = namespace["blocks"].points
+        assert [p["kv_block_size"] for p in blocks] == [64, 128]
+        assert abs(blocks[0]["kv_total_blocks"] - 2 * blocks[1]["kv_total_blocks"]) <= 1

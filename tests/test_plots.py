@@ -11,10 +11,11 @@ from lab.plots import (
     ENGINE_LABELS,
     compare_figure,
     compare_ratio_figure,
-    hf_kv_figure,
+    kv_tokens_figure,
     latency_table,
     queue_figure,
     ratio_bars,
+    run_span_s,
     throughput_figure,
     tok_s_bars,
     vllm_kv_figure,
@@ -30,7 +31,9 @@ class KVFake(FakeEngine):
 
     async def start(self):
         info = await super().start()
-        return replace(info, kv_total_blocks=64, kv_block_size=16) if self.name == "vllm" else info
+        if self.name == "vllm":
+            return replace(info, kv_total_blocks=64, kv_block_size=16)
+        return replace(info, kv_bytes_per_token=1024)
 
     def drain_samples(self):
         if self.name == "vllm":
@@ -72,16 +75,20 @@ def run(char_tokenizer):
 
 
 def test_live_figures_of_a_finished_run(run):
-    throughput = throughput_figure(run)
-    assert [t.name for t in throughput.data] == [ENGINE_LABELS["hf"], ENGINE_LABELS["vllm"]]
-    assert "tok/s" in throughput.layout.title.text
+    throughput = throughput_figure(run)  # one panel per level, both engines in each, from the level's start
+    assert [t.name for t in throughput.data] == [ENGINE_LABELS["hf"], ENGINE_LABELS["vllm"]] * 2
+    assert [t.showlegend for t in throughput.data] == [True, True, False, False]
+    assert [a.text for a in throughput.layout.annotations] == ["1 user", "2 users"]
+    assert all(t.x[0] == 0 for t in throughput.data) and "tok/s" in throughput.layout.title.text
+    span = run_span_s(run)  # the other time plots share the run's range
+    assert all(list(f(run).layout.xaxis.range) == [0, span] for f in (vllm_kv_figure, kv_tokens_figure, queue_figure))
     vllm = vllm_kv_figure(run)
     assert [t.name for t in vllm.data] == ["blocks used", "blocks total"]
     assert "64 blocks x 16 tokens" in vllm.layout.title.text
     assert set(vllm.data[0].y) == {16}  # 0.25 x 64 blocks
-    hf = hf_kv_figure(run)
-    assert [t.name for t in hf.data] == ["reserved by static batch", "holding real tokens"]
-    assert "reserved vs real" in hf.layout.title.text and set(hf.data[0].y) == {2.0}
+    kv = kv_tokens_figure(run)  # both engines in tokens: HF's bytes / bytes per token, vLLM's blocks x block size
+    assert [t.name for t in kv.data] == ["HF: held", "HF: real tokens", "vLLM: held", "vLLM: real tokens"]
+    assert set(kv.data[0].y) == {2048} and set(kv.data[1].y) == {1024} and set(kv.data[2].y) == {16 * 16}
     queue = queue_figure(run)
     assert len(queue.data) == 4 and "running / waiting" in queue.layout.title.text
 
@@ -114,13 +121,15 @@ def test_compare_figures(run, char_tokenizer):
 @pytest.mark.parametrize("make", [empty_run, starting_run])
 def test_nothing_measured_yet_draws_empty_figures(make):
     result = make()
-    for figure in (throughput_figure, vllm_kv_figure, hf_kv_figure, queue_figure):
+    for figure in (throughput_figure, vllm_kv_figure, kv_tokens_figure, queue_figure):
         assert len(figure(result).data) == 0, figure.__name__
     assert vllm_kv_figure(result).layout.title.text == "vLLM KV-cache blocks"
+    assert vllm_kv_figure(result).layout.annotations[0].text.startswith("nothing measured here yet")
     summary = summary_dict(result)
     assert sum(len(t.x) for t in tok_s_bars(summary).data) == len(result.levels)  # a level begun is a 0 bar
     assert len(ratio_bars(summary).data[0].x) == 0
     assert len(latency_table(summary)) == len(result.levels)
+    assert list(latency_table({"runs": []}).columns)[:2] == ["engine", "users"]  # named headers, even empty
     assert len(compare_figure([summary]).data) == 2 and len(compare_ratio_figure([summary]).data[0].x) == 0
 
 
@@ -130,5 +139,5 @@ def test_one_engine_has_no_ratio(char_tokenizer):
     assert len(tok_s_bars(summary).data) == 1 and len(latency_table(summary)) == 2
 
 
-def test_hf_kv_figure_of_samples_without_bytes(char_tokenizer):
-    assert len(hf_kv_figure(fake_run(char_tokenizer, engine=FakeEngine)).data) == 0
+def test_kv_tokens_figure_of_samples_without_kv_figures(char_tokenizer):
+    assert len(kv_tokens_figure(fake_run(char_tokenizer, engine=FakeEngine)).data) == 0

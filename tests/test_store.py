@@ -8,7 +8,7 @@ import pytest
 from lab.config import LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
 from lab.runs import RunResult, execute, summary_dict, write_run
-from lab.store import export_run, list_runs, load_summary, save_run
+from lab.store import export_run, list_runs, load_summary, run_label, save_run
 from tests.test_driver import fake_result
 
 
@@ -69,10 +69,13 @@ def test_save_list_and_load(tmp_path, char_tokenizer):
     assert [r["run_id"] for r in rows] == [new.run_id, old.run_id]  # newest first
     row = rows[0]
     assert row["status"] == "ok" and row["model"] == "fake" and row["workload"] == "mixed"
-    assert row["users"] == "1,2" and row["engines"] == "hf,vllm"
-    assert set(json.loads(row["output tok/s"])) == {"hf@1", "vllm@1", "hf@2", "vllm@2"}
-    assert set(json.loads(row["ratio vLLM/HF"])) == {"1", "2"}
-    assert json.loads(row["engine args"]) == {"hf": {"token_delay_s": 0.0}, "vllm": {"token_delay_s": 0.0}}
+    summary = summary_dict(new)
+    top = {r["engine"]: r["output_tok_s"] for r in summary["runs"] if r["users"] == 2}
+    assert row["users"] == "1,2" and row["top level"] == 2 and row["output len"] == 4 and row["per user"] == "2 req"
+    assert (row["HF tok/s"], row["vLLM tok/s"]) == (round(top["hf"], 1), round(top["vllm"], 1))
+    assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["vLLM/HF"], float)
+    assert "engine args" not in row  # in the detail view
+    assert run_label(row).endswith(f"users 1,2 · ok ({new.run_id})")
     assert load_summary(db, new.run_id) == json.loads(json.dumps(summary_dict(new)))
 
 

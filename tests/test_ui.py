@@ -18,7 +18,7 @@ from lab.host import LabHost
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PLOTS = ["plot-throughput", "plot-bars", "plot-ratio", "plot-queue", "plot-vllm-kv", "plot-hf-kv"]
+PLOTS = ["plot-throughput", "plot-bars", "plot-ratio", "plot-queue", "plot-vllm-kv", "plot-kv-tokens"]
 
 
 def chars(text):
@@ -198,7 +198,7 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     assert page.input_value("#users textarea") == preset.users
     assert host.result.plan == preset.plan(host.config)
     run_id = page.inner_text("#message").split()[1]
-    wait_text(page, "#progress", f"Run {run_id} done (", 300)
+    wait_text(page, "#progress", f"Run {run_id} done: ", 300)
     time.sleep(1.5)  # one more timer tick draws the final figures
     for plot in PLOTS:
         assert page.eval_on_selector(f"#{plot}", "e => e.querySelectorAll('g.trace').length") >= 1, plot
@@ -208,6 +208,8 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     ratio_text = page.inner_text("#plot-ratio")
     assert ratio_text.count("x\n") >= 2 or ratio_text.count("x") >= 2
     assert "blocks x 128 tokens" in page.inner_text("#plot-vllm-kv")
+    kv_text = page.inner_text("#plot-kv-tokens")
+    assert "HF: held" in kv_text and "vLLM: held" in kv_text  # both engines on one axis
     table = page.inner_text("#latency")
     assert "hf" in table and "vllm" in table
     shot = Path(os.environ.get("KVLAB_SCREENSHOT", tmp_path / "dashboard.png"))
@@ -222,6 +224,7 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     ("0", 0, ">= 1"),
     ("5,-2", 0, ">= 1"),
     ("1", 5000, "max_model_len 1024"),
+    ("1,100000", 0, "100000 is past the limit of 256"),
 ])
 def test_bad_input_shows_a_message_and_the_app_keeps_serving(served, browser, users, output_len, expected):
     host, url = served
@@ -237,10 +240,13 @@ def test_bad_input_shows_a_message_and_the_app_keeps_serving(served, browser, us
 @pytest.mark.ui
 def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser):
     host, url = served
-    first, second = open_ready(browser, url), open_ready(browser, url)
+    first = open_ready(browser, url)
     submit(first, "4", 64, 5)
     wait_text(first, "#message", "started", 30)
+    second = open_ready(browser, url)  # a late-comer: its form shows the running run's settings
     wait_text(second, "#progress", "Running", 30)
+    second.wait_for_function("() => document.querySelector('#users textarea').value === '4'", timeout=10_000)
+    assert second.input_value("#output-len input") == "64"
     second.click("#run")
     wait_text(second, "#message", "already in progress", 20)
     while not any(r.status == "ok" for lvl in host.result.levels for r in lvl.records):
@@ -250,6 +256,10 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     wait_text(first, "#progress", "cancelled", 30)
     assert host.wait_run(10).status == "cancelled"
     assert time.monotonic() - clicked < 6  # stops within about two seconds (+ the page's 1 s timer)
+    wait_text(second, "#message", f"Run {host.result.run_id} ended: cancelled", 10)  # no 'Cancelling' left
+    finished = sum(1 for lvl in host.result.levels for r in lvl.records if r.status == "ok")
+    assert f"{finished} requests finished" in first.inner_text("#progress")
+    wait_text(first, "#latency", "vllm" if host.result.levels[-1].engine == "vllm" else "hf", 10)
     rows, _ = client(url).predict(api_name="/load_runs")
     stored = {row[0]: row for row in rows["data"]}
     assert host.result.run_id in stored and "cancelled" in stored[host.result.run_id]
@@ -369,3 +379,12 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
     page.close()
+    later = open_ready(browser, url)  # a page opened later lists the stored sweep, draws it and offers its files
+    later.get_by_role("tab", name="Sweeps").click()
+    sweep_id = host.sweep.sweep_id
+    wait_text(later, "#sweep-stored", sweep_id, 20)
+    later.click("#sweep-chosen input")
+    later.get_by_role("option", name=f"({sweep_id})").click()
+    wait_text(later, "#sweep-points", "max_num_seqs=4", 20)
+    later.wait_for_selector("a[href*='sweep.csv']", timeout=10_000)  # its download link
+    later.close()

@@ -72,9 +72,15 @@ def tokens_held(record: RequestRecord, time_s: float) -> int:
     return record.prompt_tokens + sum(1 for t in record.token_times_s if t < time_s)
 
 
-def blocks_for(tokens: int, block_size: int) -> int:
-    """Blocks that hold ``tokens`` KV entries: a partly filled last block counts whole (vLLM's rule)."""
-    return -(-tokens // block_size)
+def blocks_for(tokens: int, block_size: int, requests: int = 1) -> int:
+    """Blocks that ``requests`` requests of ``tokens`` KV entries each hold: a partly filled last block counts
+    whole (vLLM's rule)."""
+    return requests * -(-tokens // block_size)
+
+
+def empty_slots(tokens: int, block_size: int) -> int:
+    """Token slots left empty in the last block of a request of ``tokens`` entries (its share of the waste)."""
+    return blocks_for(tokens, block_size) * block_size - tokens
 
 
 def blocks_held(record: RequestRecord, time_s: float, block_size: int) -> int:
