@@ -77,7 +77,9 @@ class Handlers:
     def run_ended(self, message: str):
         """Once the run has ended, this page's 'started' or 'Cancelling' line for it says so (others stay)."""
         result = self.host.result
-        if result is None or not (result.run_id in (message or "") or (message or "").startswith("Cancelling")):
+        if result is None or result.status == RUNNING:  # the key also changes when a new run starts
+            return gr.skip()
+        if not (result.run_id in (message or "") or (message or "").startswith("Cancelling")):
             return gr.skip()
         return f"Run {result.run_id} ended: {result.status}."
 
@@ -264,15 +266,16 @@ def _form() -> list:
 
 
 def _live_outputs(host: LabHost) -> list:
-    """The progress line, six figures in three rows, and the latency table (Handlers.live's order)."""
+    """The progress line, six figures in three rows (ratio and per-level bars first), and the latency table
+    (returned in Handlers.live's order)."""
     progress = gr.Markdown(progress_text(host.result), elem_id="progress")
+    with gr.Row():  # the story first: how much faster, then the speeds it divides
+        ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
+        bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
     with gr.Row():
         throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
-        bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
-    gr.Markdown(PEAK_NOTE, elem_id="peak-note")
-    with gr.Row():
-        ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
         queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
+    gr.Markdown(PEAK_NOTE, elem_id="peak-note")
     with gr.Row():
         vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
         kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")

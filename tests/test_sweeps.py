@@ -149,3 +149,24 @@ def test_cancelled_sweep_keeps_its_finished_values_and_restores_the_engine(lab):
     result = lab.loop.run_until_complete(cancel_after_first_point())
     assert result.status == RunStatus.CANCELLED and [p["value"] for p in result.points][:1] == [1]
     assert len(result.points) < 3 and lab.configs["hf"] == lab.config  # restored after the cancel
+
+
+def test_a_restart_runs_to_its_end_through_a_cancel_and_then_reports_it():
+    import asyncio
+
+    from lab.session import through_cancel
+
+    async def main():
+        done = []
+
+        async def start():  # like an engine start: a thread that cannot be interrupted
+            await asyncio.sleep(0.2)
+            done.append(True)
+            return "info"
+
+        task = asyncio.ensure_future(through_cancel(start()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return await task, done
+
+    assert asyncio.run(main()) == (("info", True), [True])
