@@ -215,7 +215,7 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     shot = Path(os.environ.get("KVLAB_SCREENSHOT", tmp_path / "dashboard.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    page.set_viewport_size({"width": 1280, "height": 720})  # a laptop's first screen, scrolled to the figures
+    page.set_viewport_size({"width": 1280, "height": 720})  # a laptop's first screen
     page.locator("#progress").scroll_into_view_if_needed()
     small = Path(os.environ.get("KVLAB_SCREENSHOT_1280", tmp_path / "dashboard-1280x720.png"))
     page.screenshot(path=str(small))
