@@ -164,6 +164,15 @@ def list_sweeps(db_path: str | Path, knob: str | None = None) -> list[dict]:
     return _list_results(db_path, "sweeps", "knob", knob)
 
 
+def load_sweep(db_path: str | Path, sweep_id: str) -> dict:
+    """One stored sweep's sweep.json dict."""
+    with closing(connect(db_path)) as conn:
+        row = conn.execute("select result_json from sweeps where sweep_id = ?", (sweep_id,)).fetchone()
+    if row is None:
+        raise KeyError(f"no stored sweep {sweep_id!r}")
+    return json.loads(row[0])
+
+
 def _save_result(db_path: str | Path, table: str, result_id: str, kind: str, result) -> None:
     """One experiment or sweep row: its id, kind, start, status, model, device and its JSON."""
     row = (result_id, kind, result.started_at, result.status, result.model,

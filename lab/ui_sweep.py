@@ -19,7 +19,7 @@ from lab.host import LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
-from lab.store import list_sweeps
+from lab.store import list_sweeps, load_sweep
 from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
 from lab.ui_timer import redraw_on_change
 
@@ -95,9 +95,9 @@ class SweepHandlers:
 
     def show(self, sweep_id: str | None) -> tuple:
         """A stored sweep's figure, its points, and its sweep.json and sweep.csv to download."""
-        sweep = next((s for s in list_sweeps(self.host.db_path) if s["sweep_id"] == sweep_id), None)
-        if sweep is None:
+        if not sweep_id:
             return gr.skip(), gr.skip(), None, None
+        sweep = load_sweep(self.host.db_path, sweep_id)
         paths = write_sweep(sweep, tempfile.mkdtemp(prefix="kvlab-sweep-"))
         return (sweep_figure(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
                 str(paths["csv"]))

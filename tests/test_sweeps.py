@@ -6,7 +6,7 @@ import pytest
 from lab.config import EngineConfig, LoadConfig
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
-from lab.store import list_sweeps, save_sweep
+from lab.store import list_sweeps, load_sweep, save_sweep
 from lab.sweeps import (
     SweepPlan,
     SweepResult,
@@ -88,6 +88,9 @@ def test_sweeps_are_stored_and_listed_partial_ones_too(tmp_path):
     (stored,) = list_sweeps(db)
     assert stored["status"] == "cancelled" and len(stored["points"]) == 2 and stored["knob"] == "max_num_seqs"
     assert list_sweeps(db, knob="block_size") == []
+    assert load_sweep(db, result.sweep_id) == stored
+    with pytest.raises(KeyError, match="no stored sweep"):
+        load_sweep(db, "nope")
 
 
 def test_partial_sweep_is_written(tmp_path):
