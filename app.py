@@ -37,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0" if on_space else "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--share", action="store_true", help="also open a public Gradio link")
-    parser.add_argument("--engines", default="hf,vllm")
+    parser.add_argument("--engines", default="hf,vllm", help="comma list of hf,vllm,hf-cb,vllm-engine")
     add_engine_args(parser)
     args = parser.parse_args(argv)
     if args.model is None:
@@ -63,12 +63,27 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host.start_loading()
     app = build_app(host)
+    code = 0
     try:
         app.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
                                                       share=args.share)
-    finally:
-        host.close()
-    return 0
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    except Exception:
+        log.exception("the app failed")
+        code = 1
+    stop_now(host, code)
+    return code
+
+
+def stop_now(host, code: int) -> None:
+    """Stop the engines (vLLM's processes included), then leave at once: the interpreter's own teardown
+    of torch and its threads would take ~2 s more (a stop measured in tests/test_app.py)."""
+    host.close()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
    timer redraws every plot once a second while the run goes; the run is started through the app's API.
 2. Stops the app, then runs the same plan with ``python -m lab bench`` (no UI at all).
 Both on this machine, one after the other, printed side by side as a ratio per user level.
-Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32]
+Each level runs --repeats times on each side; the table gives the mean and the range over the repeats.
+Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from lab.metrics import tok_s_spreads
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -55,7 +58,7 @@ def dashboard_run(args) -> dict:
                 timeout=600_000)
             client = Client(url, verbose=False)
             summary = json.loads(client.predict("vllm", args.users, args.workload, args.output_len,
-                                                args.requests_per_user, api_name="/run_and_wait"))
+                                                args.requests_per_user, args.repeats, api_name="/run_and_wait"))
             browser.close()
         return summary
     finally:
@@ -67,7 +70,8 @@ def cli_run(args) -> dict:
     out = Path(tempfile.mkdtemp(prefix="kvlab-cli-bench-"))
     subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", "vllm", "--users", args.users,
                     "--workload", args.workload, "--output-len", str(args.output_len),
-                    "--requests-per-user", str(args.requests_per_user), "--out", str(out)],
+                    "--requests-per-user", str(args.requests_per_user), "--repeats", str(args.repeats),
+                    "--out", str(out)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads((out / "summary.json").read_text())
 
@@ -78,17 +82,23 @@ def main() -> None:
     parser.add_argument("--requests-per-user", type=int, default=2)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--workload", default="mixed")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     dashboard = dashboard_run(args)
     time.sleep(3)
     cli = cli_run(args)
-    tok = {name: {r["users"]: r["output_tok_s"] for r in s["runs"] if r["engine"] == "vllm"}
+    tok = {name: {users: found for (engine, users), found in tok_s_spreads(s["runs"]).items() if engine == "vllm"}
            for name, s in (("dashboard", dashboard), ("cli", cli))}
-    print(f"{'users':>5} {'dashboard open':>15} {'CLI':>10} {'dashboard/CLI':>14}   (vLLM output tok/s)")
+    print(f"{'users':>5} {'dashboard open':>22} {'CLI':>22} {'dashboard/CLI':>14}   "
+          f"(vLLM output tok/s: mean [min-max] of {args.repeats} repeats)")
     for users in sorted(tok["cli"]):
-        d, c = tok["dashboard"].get(users), tok["cli"][users]
-        print(f"{users:>5} {d:>15.1f} {c:>10.1f} {d / c:>14.2f}")
+        d, c = tok["dashboard"][users], tok["cli"][users]
+        print(f"{users:>5} {_spread(d):>22} {_spread(c):>22} {d.mean / c.mean:>14.2f}")
+
+
+def _spread(found) -> str:
+    return f"{found.mean:.1f} [{found.low:.1f}-{found.high:.1f}]"
 
 
 if __name__ == "__main__":

@@ -32,9 +32,19 @@ import logging
 import os
 import sys
 
-from lab.config import ENGINE_NAMES, MAX_REQUESTS, MAX_USERS, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import (
+    DEFAULT_ENGINES,
+    MAX_REPEATS,
+    MAX_REQUESTS,
+    MAX_USERS,
+    EngineConfig,
+    LoadConfig,
+    RunPlan,
+    parse_users,
+)
 from lab.experiments import EXPERIMENTS
 from lab.load.workloads import WORKLOADS
+from lab.metrics import ratio_spreads
 from lab.status import RunStatus
 from lab.sweeps import KNOBS
 
@@ -46,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
-    bench.add_argument("--engines", default=",".join(ENGINE_NAMES), help="comma list of hf,vllm")
+    bench.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help="comma list of hf,vllm,hf-cb,vllm-engine")
     bench.add_argument("--users", default="1,5,10,20", help="concurrent-user levels, e.g. 1,5,10,20")
     bench.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
     bound = bench.add_mutually_exclusive_group()
@@ -56,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
     bench.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests per engine")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--repeats", type=int, default=1,
+                       help=f"run each level this many times per engine and report the spread (1-{MAX_REPEATS})")
     bench.add_argument("--max-users", type=int, default=MAX_USERS,
                        help=f"refuse levels past this many users (default {MAX_USERS})")
     bench.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
@@ -66,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--verbose", action="store_true")
     check = sub.add_parser("check", help="do HF and vLLM compute the same greedy text? (exit 1 if not)")
     check.add_argument("--json", action="store_true", help="print the agreement as JSON")
-    check.add_argument("--engines", default=",".join(ENGINE_NAMES))
+    check.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
     add_engine_args(check)
     exp = sub.add_parser("experiment", help="run one KV-cache experiment (why paged KV wins)")
     exp.add_argument("name", help="one of: " + ", ".join(EXPERIMENTS))
@@ -85,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(sweep)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
-    env.add_argument("--engines", default=",".join(ENGINE_NAMES))
+    env.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
+    env.add_argument("--app", default=None, metavar="URL",
+                     help="ask a running app instead (e.g. http://127.0.0.1:7860): its engines' health too")
     return parser
 
 
@@ -97,7 +111,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
                         help="vLLM's share of the GPU's TOTAL memory (not of free memory)")
-    parser.add_argument("--kv-cache-gib", type=float, default=None, help="vLLM KV budget (CPU default 1)")
+    parser.add_argument("--kv-cache-gib", type=float, default=None, help="vLLM KV budget (CPU default 0.25)")
     parser.add_argument("--block-size", type=int, default=None, help="vLLM KV block size in tokens")
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--hf-max-batch-size", type=int, default=32)
@@ -131,7 +145,8 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
     load = LoadConfig(
         users=parse_users(args.users), workload=args.workload, requests_per_user=requests,
         duration_s=args.duration, output_len=args.output_len, exact_lengths=not args.no_exact,
-        warmup_requests=args.warmup, seed=args.seed, max_users=args.max_users, max_requests=args.max_requests,
+        warmup_requests=args.warmup, seed=args.seed, repeats=args.repeats,
+        max_users=args.max_users, max_requests=args.max_requests,
     )
     return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
 
@@ -149,7 +164,7 @@ class ConsoleProgress:
         load = result.plan.load
         total = None
         if load.requests_per_user is not None:
-            total = sum(load.users) * load.requests_per_user * len(result.plan.engines)
+            total = sum(load.users) * load.requests_per_user * len(result.plan.engines) * load.repeats
         self.bar = tqdm(total=total, unit="req", file=sys.stderr, dynamic_ncols=True)
 
     def on_update(self, result) -> None:
@@ -166,7 +181,7 @@ class ConsoleProgress:
 
 def format_table(result) -> str:
     """The run as a plain-text table: one row per engine and level, then the ratios."""
-    head = (f"{'engine':<6} {'users':>5} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
+    head = (f"{'engine':<6} {'users':>5} {'rep':>3} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
             f"{'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}")
     lines = [head, "-" * len(head)]
     for level in result.levels:
@@ -179,10 +194,16 @@ def format_table(result) -> str:
         def ms(v):
             return f"{v * 1000:.0f}ms" if v is not None else "-"
 
-        lines.append(f"{s.engine:<6} {s.users:>5} {s.completed:>5} {s.errors:>4} {s.output_tok_s:>10.1f} "
+        lines.append(f"{s.engine:<6} {s.users:>5} {s.repeat + 1:>3} {s.completed:>5} {s.errors:>4} "
+                     f"{s.output_tok_s:>10.1f} "
                      f"{ms(s.ttft_s.p50):>9} {ms(s.tpot_s.p50):>9} {ms(s.e2e_s.p90):>8} {kv_text:>8}")
-    for users, ratio in result.ratio().items():
-        lines.append(f"vLLM/HF output tok/s at {users} users: {ratio:.2f}x")
+    rows = [s.to_dict() for s in result.summaries()]
+    for base, label in (("hf", "HF"), ("hf-cb", "HF-CB")):
+        spreads = ratio_spreads(rows, base)
+        for users, ratio in result.ratio(base).items():
+            found = spreads.get(users)
+            between = f" (repeats: {found.low:.2f}-{found.high:.2f}x, n={found.n})" if found and found.n > 1 else ""
+            lines.append(f"vLLM/{label} output tok/s at {users} users: {ratio:.2f}x{between}")
     return "\n".join(lines)
 
 
@@ -249,10 +270,17 @@ def engines_from(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run_env(args: argparse.Namespace) -> int:
-    """Print the device, versions and memory plan as JSON."""
+    """Print the device, versions and memory plan as JSON (with --app: the running app's Environment tab,
+    each engine's health included)."""
     from lab.environment import versions
     from lab.session import check_session
 
+    if args.app:
+        from gradio_client import Client
+
+        _, env = Client(args.app, verbose=False).predict(api_name="/environment")
+        print(json.dumps(env, indent=2))
+        return 0
     check = check_session(engine_config_from(args), engines_from(args))
     print(json.dumps({"model": check.model, "model_path": check.model_path,
                       "device": check.memory.device.to_dict(), "memory": check.memory.to_dict(),

@@ -10,12 +10,16 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-ENGINE_NAMES = ("hf", "vllm")
+ENGINE_NAMES = ("hf", "vllm", "hf-cb", "vllm-engine")  # every engine the lab knows
+DEFAULT_ENGINES = ("hf", "vllm")  # what loads unless --engines says otherwise (hf-cb: a third model copy)
+PAGED_ENGINES = ("vllm", "hf-cb", "vllm-engine")  # engines whose KV lives in blocks (usage = 1 - free / total)
+VLLM_ENGINES = ("vllm", "vllm-engine")  # vLLM served (AsyncLLM) and vLLM's own step loop: each its own pool
 CPU_ATTENTION = ("auto", "amx", "vec")
 CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
 MAX_USERS = 256  # concurrent users per level: vLLM's own default max_num_seqs; beyond it requests only queue
 MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
+MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,8 @@ class EngineConfig:
         seed: Seed for both engines (greedy decoding makes runs repeatable anyway).
         device: "auto" (CUDA when present, else CPU), "cpu" or "cuda".
         kv_cache_gib: vLLM KV-cache budget in GiB. On CPU this is the only budget vLLM honours well;
-            on a GPU it overrides gpu_memory_utilization. None: 1 GiB on CPU, the fraction on GPU.
+            on a GPU it overrides gpu_memory_utilization. None: 0.25 GiB on CPU (91 blocks of 128 tokens for
+            SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it), the fraction on GPU.
         gpu_memory_utilization: Fraction of the GPU's TOTAL memory vLLM may take (weights + KV pages),
             not of free memory; 0.5 leaves the other half for the HF model on the same card.
         block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).
@@ -151,6 +156,8 @@ class LoadConfig:
         output_len: Force every request's output length (tokens); None keeps the workload's lengths.
         exact_lengths: Ignore EOS so each request makes exactly its output length (fair token counts).
         warmup_requests: Requests sent to each engine before its first level and not measured.
+        repeats: Times each user level is run per engine (engines interleaved, the same requests each
+            time), so the page can show how much a figure moves from run to run (its spread).
         seed: Seed of the workload's length and prompt sampling.
         max_users: The most concurrent users a level may have (``lab bench --max-users`` raises it).
         max_requests: The most measured requests a level may send (``lab bench --max-requests`` raises it).
@@ -163,6 +170,7 @@ class LoadConfig:
     output_len: int | None = None
     exact_lengths: bool = True
     warmup_requests: int = 2
+    repeats: int = 1
     seed: int = 0
     max_users: int = MAX_USERS
     max_requests: int = MAX_REQUESTS
@@ -188,6 +196,8 @@ class LoadConfig:
             raise ValueError(f"output_len must be at least 1 token, not {self.output_len}")
         if self.warmup_requests < 0:
             raise ValueError("warmup_requests must be >= 0")
+        if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
+            raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
 
     def check_bounds(self) -> None:
         """The work a level may ask for: at most max_users users and max_requests requests."""
@@ -205,13 +215,13 @@ class LoadConfig:
 class RunPlan:
     """A run: every chosen engine at every user level of one load config."""
 
-    engines: tuple[str, ...] = ENGINE_NAMES
+    engines: tuple[str, ...] = DEFAULT_ENGINES
     load: LoadConfig = field(default_factory=LoadConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
         if not self.engines:
-            raise ValueError("engines: choose at least one of hf, vllm")
+            raise ValueError(f"engines: choose at least one of {', '.join(ENGINE_NAMES)}")
         unknown = [e for e in self.engines if e not in ENGINE_NAMES]
         if unknown:
             raise ValueError(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINE_NAMES)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import VLLM_ENGINES, EngineConfig, LoadConfig, RunPlan, parse_users
 from lab.environment import GIB
 from lab.plots import (
     kv_tokens_figure,
@@ -27,7 +27,8 @@ BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
 
 
 def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text: str, workload: str,
-                     output_len: float | None, bound: str, amount: float | None) -> RunPlan:
+                     output_len: float | None, bound: str, amount: float | None, repeats: float | None = 1
+                     ) -> RunPlan:
     """A validated RunPlan from the Load-test form.
 
     Args:
@@ -38,6 +39,7 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         output_len: Forced output length; 0 or empty keeps the workload's lengths.
         bound: BOUND_REQUESTS or BOUND_SECONDS.
         amount: Requests per user, or seconds per level.
+        repeats: Times each level runs per engine (for the spread).
 
     Returns:
         The plan.
@@ -51,8 +53,10 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         raise ValueError(f"{bound.capitalize()}: give a number.")
     if bound == BOUND_REQUESTS and (amount < 1 or amount != int(amount)):
         raise ValueError(f"Requests per user: give a whole number of at least 1, not {amount:g}.")
+    if repeats is None or repeats != int(repeats):
+        raise ValueError(f"Repeats: give a whole number, not {repeats}.")
     load = LoadConfig(
-        users=users, workload=workload, output_len=out,
+        users=users, workload=workload, output_len=out, repeats=int(repeats),
         requests_per_user=int(amount) if bound == BOUND_REQUESTS else None,
         duration_s=float(amount) if bound == BOUND_SECONDS else None,
     )
@@ -94,12 +98,29 @@ class LiveView:
 
 def live_view(result: RunResult) -> LiveView:
     """Figures and table of a live or finished run (the same functions the notebooks use)."""
+    progress, throughput, queue, vllm_kv, kv_tokens = over_time_view(result)
+    bars, ratio, latency = per_level_view(result)
+    return LiveView(progress=progress, throughput=throughput, tok_s_bars=bars, ratio=ratio, vllm_kv=vllm_kv,
+                    kv_tokens=kv_tokens, queue=queue, latency=latency)
+
+
+def over_time_view(result: RunResult) -> tuple:
+    """What changes with every token: the progress line and the four figures over time."""
+    return (progress_text(result), throughput_figure(result), queue_figure(result), vllm_kv_figure(result),
+            kv_tokens_figure(result))
+
+
+def per_level_view(result: RunResult) -> tuple:
+    """What changes only when a level begins or ends: the per-level bars, the ratio and the latency table."""
     summary = summary_dict(result)
-    return LiveView(
-        progress=progress_text(result), throughput=throughput_figure(result), tok_s_bars=tok_s_bars(summary),
-        ratio=ratio_bars(summary), vllm_kv=vllm_kv_figure(result), kv_tokens=kv_tokens_figure(result),
-        queue=queue_figure(result), latency=latency_table(summary),
-    )
+    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary)
+
+
+def per_level_key(result: RunResult | None) -> tuple | None:
+    """Changes when a level begins or ends, or the run ends (per_level_view's redraw key)."""
+    if result is None:
+        return None
+    return result.run_id, len(result.levels), sum(lvl.summary is not None for lvl in result.levels), result.status
 
 
 def environment_markdown(env: dict) -> str:
@@ -115,8 +136,9 @@ def environment_markdown(env: dict) -> str:
     for name, engine in env["engines"].items():
         held = engine["memory_bytes"]
         held_text = f"{held / 2**20:.0f} MiB" if held else "?"
-        what = "weights" if name == "hf" else "KV-cache budget"
-        line = f"**{name}:** {engine['attention']}; holds {held_text} of {what}"
+        what = "KV-cache budget" if name in VLLM_ENGINES else "weights"
+        health = _health_words(env.get("health", {}).get(name))
+        line = f"**{name}** ({health}): {engine['attention']}; holds {held_text} of {what}"
         if engine["kv_total_blocks"]:
             line += (f"; KV at start-up: {engine['kv_total_blocks']} blocks x {engine['kv_block_size']} tokens "
                      f"({engine['kv_total_blocks'] * engine['kv_block_size']:,} token slots)")
@@ -131,6 +153,14 @@ def environment_markdown(env: dict) -> str:
     lines.append(f"**Status:** {env['load_status']}")
     lines.append("### Do the engines agree?\n\n" + agreement_markdown(env.get("agreement")))
     return "\n\n".join(lines)
+
+
+def _health_words(health: dict | None) -> str:
+    """'alive, started in 27 s' or 'dead: why'."""
+    if not health:
+        return "not loaded"
+    words = str(health["state"]) + (f": {health['reason']}" if health["reason"] else "")
+    return words + (f", last start {health['last_start_s']:.0f} s" if health.get("last_start_s") else "")
 
 
 def agreement_markdown(agreement: dict | None) -> str:

@@ -57,7 +57,7 @@ def estimate_run(plan: RunPlan, rates: dict[str, dict[int, float]]) -> Estimate:
     for engine in plan.engines:
         for users in load.users:
             total += load.duration_s or level_output_tokens(plan, users) / nearest_rate(rates[engine], users)
-    return Estimate(total, ())
+    return Estimate(total * load.repeats, ())
 
 
 def estimate_text(plan: RunPlan, summaries: list[dict], model: str, device_name: str) -> str:

@@ -21,10 +21,11 @@ from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
 from lab.session import LabSession, SessionCheck, check_session
-from lab.status import RunStatus
+from lab.status import EngineHealth, RunStatus
 from lab.store import save_experiment, save_run, save_sweep
 
 log = logging.getLogger(__name__)
+MAX_DEATHS = 3  # restarts of one engine in a row (no good run between) before the lab stops restarting it
 
 
 @dataclass
@@ -78,6 +79,9 @@ class _Recorder:
 
     def on_complete(self, result: RunResult) -> None:
         self.host.save(result)
+        if result.status == RunStatus.OK:  # a good run ends a streak of deaths
+            for name in result.plan.engines:
+                self.host.deaths.pop(name, None)
         self.host.bump()
 
 
@@ -98,6 +102,9 @@ class LabHost:
         self.experiment = None  # the current (or last) ExperimentResult
         self.sweep = None  # the current (or last) SweepResult
         self.version = 0
+        self.deaths: dict[str, int] = {}  # restarts after a death, per engine, since its last good run
+        self.restarting: set[str] = set()
+        self.restart_errors: dict[str, str] = {}
         self._lock = threading.Lock()
         self._task: asyncio.Task | None = None
         self._loop = asyncio.new_event_loop()
@@ -119,6 +126,7 @@ class LabHost:
             await session.start(say)
             self.session = session
             self.status.ready = True
+            log.info("engines ready: %s", ", ".join(self.engine_names))
         except Exception as exc:
             log.exception("loading failed")
             self.status.error = f"{type(exc).__name__}: {exc}"
@@ -143,17 +151,121 @@ class LabHost:
         return None
 
     def submit(self, plan: RunPlan) -> tuple[bool, str]:
-        """Start a run unless something is going; returns (started, message)."""
+        """Start a run unless something is going (a dead engine of the plan is restarted first, unless it
+        died too often); returns (started, message)."""
         with self._lock:
             reason = self.busy()
+            dead = [name for name in plan.engines if name in self.dead()]
+            reason = reason or self.refuse_restart(dead)
             if reason:
                 return False, reason
             result = self.session.new_result(plan)
             self.result = result
-            self._start(self.session.run(plan, [_Recorder(self)], result))
+            self._start(self._restart_then_run(dead, plan, result))
         self.bump()
         warning = kv_fit_warning(plan, self.check.memory)
-        return True, f"Run {result.run_id} started." + (f" **Warning:** {warning}." if warning else "")
+        restart = f" First restarting {', '.join(dead)}." if dead else ""
+        return True, f"Run {result.run_id} started.{restart}" + (f" **Warning:** {warning}." if warning else "")
+
+    async def _restart_then_run(self, dead: list[str], plan: RunPlan, result: RunResult) -> None:
+        if dead:
+            result.message = f"restarting {', '.join(dead)} first ({self.start_words(dead)})"
+        if dead and not await self._restart(dead):
+            result.status, result.error = RunStatus.FAILED, "; ".join(self.restart_errors.values())
+            result.message = f"failed: could not restart {', '.join(dead)}: {result.error}"
+            self.save(result)
+            return
+        result.engine_info = {name: self.session.info[name] for name in plan.engines}
+        await self.session.run(plan, [_Recorder(self)], result)
+
+    # -- engine health ------------------------------------------------------------------------
+    def health(self) -> dict[str, dict]:
+        """Each engine: state (loading, alive, dead, restarting), why it is dead, and its last start in s."""
+        engines = self.session.engines if self.session else {}
+        starts = self.session.start_s if self.session else {}
+        out = {}
+        for name in self.engine_names:
+            engine, reason = engines.get(name), self.restart_errors.get(name, "")
+            if name in self.restarting:
+                state = EngineHealth.RESTARTING
+            elif engine is None:
+                state = EngineHealth.DEAD if (self.status.error or reason) else EngineHealth.LOADING
+                reason = reason or self.status.error
+            else:
+                state = EngineHealth.ALIVE if engine.alive() else EngineHealth.DEAD
+                reason = "" if state == EngineHealth.ALIVE else engine.fault() or "stopped"
+            out[name] = {"state": state, "reason": reason, "last_start_s": starts.get(name)}
+        return out
+
+    def dead(self) -> list[str]:
+        """The engines that died (and are not being restarted)."""
+        return [name for name, h in self.health().items() if h["state"] == EngineHealth.DEAD and self.session]
+
+    def refuse_restart(self, names: list[str]) -> str | None:
+        """Why the lab will not restart these engines again (each died MAX_DEATHS times in a row), else None."""
+        worn = [name for name in names if self.deaths.get(name, 0) >= MAX_DEATHS]
+        if not worn:
+            return None
+        return (f"{', '.join(worn)} died {MAX_DEATHS} times in a row, each time after a restart: the lab stops "
+                f"restarting it. Read the app's log for the cause, then restart the app.")
+
+    def restart_dead(self) -> tuple[bool, str]:
+        """Restart the engines that died (the others stay loaded), unless something is going."""
+        with self._lock:
+            dead = self.dead()
+            reason = self.busy() or ("" if dead else "Every engine is alive: nothing to restart.")
+            reason = reason or self.refuse_restart(dead)
+            if reason:
+                return False, reason
+            self._start(self._restart(dead))
+        self.bump()
+        return True, f"Restarting {', '.join(dead)}: {self.start_words(dead)}."
+
+    def start_words(self, names: list[str]) -> str:
+        """How long these engines' last starts took, for the page while they restart."""
+        starts = self.session.start_s if self.session else {}
+        took = [f"{name} took {starts[name]:.0f} s" for name in names if name in starts]
+        return "its last start " + ", ".join(took) if took else "first start"
+
+    async def _restart(self, names: list[str]) -> bool:
+        """Restart each engine with its own settings; True when all came back."""
+        ok = True
+        for name in names:
+            self.deaths[name] = self.deaths.get(name, 0) + 1
+            self.restarting.add(name)
+            self.restart_errors.pop(name, None)
+            self.bump()
+            try:
+                await self.session.restart_engine(name, self.session.configs.get(name, self.config))
+                log.info("%s restarted in %.1f s", name, self.session.start_s[name])
+            except Exception as exc:
+                log.exception("restarting %s failed", name)
+                self.restart_errors[name] = f"restarting {name} failed: {type(exc).__name__}: {exc}"
+                ok = False
+            finally:
+                self.restarting.discard(name)
+                self.bump()
+        return ok
+
+    def status_text(self) -> str:
+        """The header line: loading progress, or each engine's health once loaded."""
+        if not self.status.ready:
+            return self.status.text()
+        health = self.health()
+        if all(h["state"] == EngineHealth.ALIVE for h in health.values()):
+            return "Engines ready."
+        dead = self.dead()
+        refused = self.refuse_restart(dead)
+        hint = "" if not dead else f" {refused}" if refused else (
+            " Press **Restart dead engines**, or Run (it restarts them first).")
+        return "Engines: " + "; ".join(self._health_words(name, h) for name, h in health.items()) + "." + hint
+
+    def _health_words(self, name: str, health: dict) -> str:
+        if health["state"] == EngineHealth.DEAD:
+            return f"**{name} dead**: {health['reason']}"
+        if health["state"] == EngineHealth.RESTARTING:
+            return f"**{name} restarting** ({self.start_words([name])})"
+        return f"{name} {health['state']}"
 
     def submit_experiment(self, name: str, params) -> tuple[bool, str]:
         """Start a KV-cache experiment unless something is going; stored as it ends (partial ones too).
@@ -255,8 +367,9 @@ class LabHost:
                                "kv_block_size": i.kv_block_size, "kv_bytes_per_token": i.kv_bytes_per_token,
                                "memory_bytes": i.memory_bytes} for name, i in info.items()},
             "agreement": self.agreement(),
+            "health": self.health(),
             "process_rss_bytes": process_rss_bytes(),
-            "load_status": self.status.text(),
+            "load_status": self.status_text(),
         }
 
     def agreement(self) -> dict | None:
@@ -271,6 +384,8 @@ class LabHost:
         if self.running():
             self.cancel()
             self.wait_run(10)
+        began = time.monotonic()
         if self.session is not None:
             asyncio.run_coroutine_threadsafe(self.session.stop(), self._loop).result(timeout=60)
         self._loop.call_soon_threadsafe(self._loop.stop)
+        log.info("engines stopped in %.1f s", time.monotonic() - began)

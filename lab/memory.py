@@ -8,13 +8,14 @@ and checks that what is left holds the HF model too. On CPU the same check runs 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import EngineConfig, RunPlan
+from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
 from lab.engines.base import kv_bytes_per_token
 from lab.engines.vllm import DEFAULT_CPU_KV_GIB
-from lab.environment import GIB, DeviceInfo
+from lab.environment import GIB, DeviceInfo, read_device
 from lab.load.workloads import longest_request
 
 SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
@@ -32,6 +33,7 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
     vllm_kv_tokens: int | None = None  # token slots of vLLM's KV budget, where it is known before loading
     vllm_kv_bytes: int | None = None  # KV bytes planned: the budget, or on a GPU its share less weights and slack
+    hf_cb_bytes: int | None = None  # HF continuous batching: its own weights + its paged KV (when it is loaded)
 
     def to_dict(self) -> dict:
         return {
@@ -58,6 +60,33 @@ def gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+ASKED = re.compile(r"tried to allocate\s+([\d.]+)\s*(bytes|KiB|MiB|GiB)", re.IGNORECASE)
+UNITS = {"bytes": 1, "kib": 1024, "mib": 1024**2, "gib": GIB}
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's CUDA OutOfMemoryError, Python's MemoryError, or the CPU allocator's refusal."""
+    text = str(exc).lower()
+    return (type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError)
+            or "can't allocate memory" in text or "out of memory" in text)
+
+
+def asked_bytes(message: str) -> int | None:
+    """The allocation an out-of-memory message names ('Tried to allocate 2.00 GiB', '... 123 bytes')."""
+    found = ASKED.search(message)
+    return int(float(found.group(1)) * UNITS[found.group(2).lower()]) if found else None
+
+
+def failure_words(engine: str, exc: BaseException, device: str, batch: int) -> str:
+    """An engine's failed batch in plain words; out of memory names what was asked for and what was free."""
+    if not is_out_of_memory(exc):
+        return f"{engine} failed a batch of {batch} requests: {type(exc).__name__}: {exc}"
+    asked = asked_bytes(str(exc))
+    return (f"{engine} ran out of memory on {device} with a batch of {batch} requests: it asked for "
+            f"{gib(asked) if asked else 'more memory'} and {gib(read_device(device).free_bytes)} was free "
+            f"(lower the users, the output length or the batch size)")
+
+
 def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ...],
                 weights_bytes: int | None, kv_per_token: int | None) -> MemoryPlan:
     """Check that the chosen engines fit, before anything loads.
@@ -79,7 +108,8 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     notes = []
     hf_kv = (config.hf_max_batch_size * config.max_model_len * kv_per_token) if kv_per_token else None
     vllm_bytes = kv_tokens = kv = None
-    if "vllm" in engines:
+    vllm_count = sum(name in VLLM_ENGINES for name in engines)  # vllm and vllm-engine: a pool each
+    if vllm_count:
         if config.kv_cache_gib is not None or device.kind == "cpu":
             kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB)
             vllm_bytes = int(kv + weights)
@@ -97,6 +127,9 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"gpu_memory_utilization={config.gpu_memory_utilization} gives vLLM {gib(vllm_bytes)}, "
                     f"which does not even hold the {gib(weights)} of weights plus working memory: raise it"
                 )
+        if vllm_count > 1:
+            vllm_bytes *= vllm_count
+            notes.append(f"vLLM x{vllm_count}: vllm and vllm-engine each hold their own weights and KV pool")
         if vllm_bytes > device.free_bytes:
             what = (f"gpu_memory_utilization={config.gpu_memory_utilization} is a fraction of the TOTAL "
                     f"{gib(device.total_bytes)}, so it asks for {gib(vllm_bytes)}"
@@ -125,7 +158,21 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"warning: HF's worst-case batch would not fit in the {gib(left)} left; large batches "
                     f"of long requests may run out of memory"
                 )
-    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv)
+    hf_cb = plan_hf_cb(config, device, weights, device.free_bytes - (vllm_bytes or 0) - (hf_bytes or 0), notes) \
+        if "hf-cb" in engines else None
+    return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv, hf_cb)
+
+
+def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int, notes: list[str]) -> int:
+    """HF continuous batching's share: its own copy of the weights plus vLLM's KV budget (on a GPU without
+    kv_cache_gib, transformers sizes its pool from what is free when it starts: only its weights are checked)."""
+    kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB) if config.kv_cache_gib or device.kind == "cpu" else 0
+    notes.append(f"HF-CB: {gib(weights)} of weights (its own copy) + "
+                 + (f"{gib(kv)} of paged KV" if kv else "a paged KV pool transformers sizes from free memory"))
+    if weights + kv + SLACK_BYTES > left:
+        raise ValueError(f"HF continuous batching needs {gib(weights + kv)} (weights + KV), but only {gib(left)} "
+                         f"are left on {device.name} after the other engines: lower kv_cache_gib or load fewer engines")
+    return weights + kv
 
 
 def kv_fit_warning(plan: RunPlan, memory: MemoryPlan) -> str | None:

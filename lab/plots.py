@@ -12,17 +12,24 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.metrics import throughput_series
-from lab.metrics.kv import hf_usage_series, used_blocks, vllm_usage_series
+from lab.metrics import TRUSTED_REQUESTS, Spread, ratio_spreads, thin_levels, throughput_series, tok_s_spreads
+from lab.metrics.kv import used_blocks
 from lab.runs import RunResult
 
-ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, continuous)"}
-ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb"}
+ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, continuous)",
+                 "hf-cb": "HF continuous batching (paged)", "vllm-engine": "vLLM engine loop (no async front end)"}
+# where a legend names several lines per engine
+SHORT_LABELS = {"hf": "HF", "vllm": "vLLM", "hf-cb": "HF-CB", "vllm-engine": "vLLM-engine"}
+ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb", "hf-cb": "#f3a712", "vllm-engine": "#0b6e69"}
+FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
+                  "(the served engine streams every token through it)")
+RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}
 PATTERNS = ("", "/", ".", "x", "-", "+")  # one per compared run
 EMPTY = "nothing measured here yet (or this engine is not in the run)"
-LATENCY_COLUMNS = ["engine", "users", "status", "done", "errors", "out tok/s"] + [
-    f"{metric} {q} (ms)" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]
+LATENCY_COLUMNS = ["engine", "users", "repeat", "status", "done", "errors", "out tok/s"] + [
+    f"{metric} {q}" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]  # in ms (the table's title)
 MIB = 1024**2
+MAX_POINTS = 600  # per live line: a GPU makes thousands of engine steps a minute, and the page redraws each second
 
 
 def _label(engine: str) -> str:
@@ -30,8 +37,8 @@ def _label(engine: str) -> str:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=320, margin=dict(l=50, r=20, t=50, b=40),
-                      legend=dict(orientation="h", y=-0.25), template="plotly_white")
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=340, margin=dict(l=50, r=20, t=60, b=90),
+                      legend=dict(orientation="h", yanchor="top", y=-0.3), template="plotly_white")
     if not fig.data:  # no made-up axes: say there is nothing yet
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
@@ -49,11 +56,21 @@ def throughput_figure(result: RunResult, bucket_s: float = 1.0) -> go.Figure:
         for lvl in (lvl for lvl in result.levels if lvl.users == level_users and lvl.records):
             series = throughput_series(lvl.records, bucket_s, origin_s=min(r.send_s for r in lvl.records))
             fig.add_trace(go.Scatter(x=[x for x, _ in series], y=[y for _, y in series], mode="lines",
-                                     name=_label(lvl.engine), legendgroup=lvl.engine, showlegend=col == 1,
+                                     name=_label(lvl.engine), legendgroup=lvl.engine,
+                                     showlegend=col == 1 and lvl.repeat == 0, opacity=1.0 if lvl.repeat == 0 else 0.5,
                                      line=dict(color=ENGINE_COLORS.get(lvl.engine))), row=1, col=col)
-    _layout(fig, "Output tok/s over time, level by level", "", "tok/s")
-    fig.update_xaxes(title_text="s since the level began")
-    return fig
+    return _layout(fig, "Output tok/s over time, level by level<br><sup>x: seconds since each level began</sup>",
+                   "", "tok/s")
+
+
+def step_line(xs: Sequence[float], ys: Sequence, **style) -> go.Scatter:
+    """A step line over per-sample values (one per engine step), thinned to MAX_POINTS: each kept point
+    holds the highest value of the samples it stands for, so no peak is lost."""
+    if len(xs) > MAX_POINTS:
+        size = -(-len(xs) // MAX_POINTS)
+        xs = xs[::size]
+        ys = [max((v for v in ys[i:i + size] if v is not None), default=None) for i in range(0, len(ys), size)]
+    return go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", **style)
 
 
 def run_span_s(result: RunResult) -> float | None:
@@ -78,29 +95,56 @@ def _headroom(fig: go.Figure, values: Sequence[float]) -> go.Figure:
     return fig
 
 
+def engine_spreads(summary: dict, engine: str) -> list[tuple[int, Spread]]:
+    """(users, output tok/s over the repeats) of one engine in a summary.json dict, by user level."""
+    return sorted((users, found) for (name, users), found in tok_s_spreads(summary["runs"]).items() if name == engine)
+
+
+def _error_bars(spreads: Sequence[Spread]) -> dict | None:
+    """Plotly error bars from each mean to its min and max, when some level was repeated."""
+    if all(s.n == 1 for s in spreads):
+        return None
+    return dict(type="data", symmetric=False, array=[s.high - s.mean for s in spreads],
+                arrayminus=[s.mean - s.low for s in spreads], color="#333", thickness=1.2)
+
+
 def tok_s_bars(summary: dict) -> go.Figure:
-    """Final output tok/s per user level, grouped by engine."""
+    """Output tok/s per user level, grouped by engine (the mean of the repeats, whiskers min to max)."""
     fig = go.Figure()
     for engine in summary["engines"]:
-        rows = [r for r in summary["runs"] if r["engine"] == engine]
-        fig.add_trace(go.Bar(x=[str(r["users"]) for r in rows], y=[r["output_tok_s"] for r in rows],
-                             name=_label(engine), marker_color=ENGINE_COLORS.get(engine),
-                             text=[f"{r['output_tok_s']:.0f}" for r in rows], textposition="outside"))
+        levels = engine_spreads(summary, engine)
+        fig.add_trace(go.Bar(x=[str(u) for u, _ in levels], y=[s.mean for _, s in levels],
+                             error_y=_error_bars([s for _, s in levels]), name=_label(engine),
+                             marker_color=ENGINE_COLORS.get(engine), text=[f"{s.mean:.0f}" for _, s in levels],
+                             textposition="outside"))
     fig.update_layout(barmode="group")
-    _headroom(fig, [r["output_tok_s"] for r in summary["runs"]])
-    return _layout(fig, "Output tok/s per user level", "concurrent users", "tok/s")
+    _headroom(fig, [s.high for s in tok_s_spreads(summary["runs"]).values()])
+    title = "Output tok/s per user level"
+    if {"vllm", "vllm-engine"} <= set(summary["engines"]):
+        title += f"<br><sup>{FRONT_END_NOTE}</sup>"
+    return _layout(fig, title, "concurrent users", "tok/s")
 
 
 def ratio_bars(summary: dict) -> go.Figure:
-    """The improvement ratio vLLM/HF per user level, with the value printed."""
-    ratio = summary.get("ratio", {})
-    users = sorted(ratio, key=int)
-    fig = go.Figure(go.Bar(x=users, y=[ratio[u] for u in users], name="vLLM / HF",
-                           text=[f"{ratio[u]:.2f}x" for u in users], textposition="outside",
-                           marker_color="#4b3f72"))
+    """The improvement ratio vLLM/HF per user level, with the value printed, whiskers over the repeats'
+    ratios, and a star on levels with too few requests to trust."""
+    thin, tops, shown = set(thin_levels(summary["runs"])), [1.0], set()
+    fig = go.Figure()
+    for base, ratio in (summary.get("ratios") or {"hf": summary.get("ratio", {})}).items():
+        spreads, users = ratio_spreads(summary["runs"], base), sorted(ratio, key=int)
+        fig.add_trace(go.Bar(x=users, y=[ratio[u] for u in users], name=f"vLLM / {SHORT_LABELS.get(base, base)}",
+                             error_y=_error_bars([spreads[int(u)] for u in users]) if users else None,
+                             text=[f"{ratio[u]:.2f}x" + ("*" if int(u) in thin else "") for u in users],
+                             textposition="outside", marker_color=RATIO_COLORS.get(base)))
+        tops += [s.high for s in spreads.values()] + list(ratio.values())
+        shown |= {int(u) for u in users}
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
-    _headroom(fig, list(ratio.values()) + [1.0])
-    return _layout(fig, "Improvement ratio vLLM / HF (output tok/s)", "concurrent users", "ratio")
+    fig.update_layout(barmode="group")
+    title = "Improvement ratio vLLM / HF (output tok/s)"
+    if thin & shown:
+        title += f"<br><sup>* under {TRUSTED_REQUESTS} requests per engine: noisy; raise requests or repeats</sup>"
+    _headroom(fig, tops)
+    return _layout(fig, title, "concurrent users", "ratio")
 
 
 def vllm_kv_figure(result: RunResult) -> go.Figure:
@@ -113,9 +157,8 @@ def vllm_kv_figure(result: RunResult) -> go.Figure:
         title += f": {info.kv_total_blocks} blocks x {info.kv_block_size} tokens"
     if samples:
         xs = [s.time_s - result.origin_s for s in samples]
-        fig.add_trace(go.Scatter(x=xs, y=[used_blocks(s) for s in samples], mode="lines", line_shape="hv",
-                                 name="blocks used",
-                                 line=dict(color=ENGINE_COLORS["vllm"])))
+        fig.add_trace(step_line(xs, [used_blocks(s) for s in samples], name="blocks used",
+                                line=dict(color=ENGINE_COLORS["vllm"])))
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[info.kv_total_blocks] * 2 if info else [None, None],
                                  mode="lines", name="blocks total", line=dict(dash="dash", color="gray")))
     return _shared_span(_layout(fig, title, "seconds since run start", "blocks"), result)
@@ -130,24 +173,19 @@ def kv_tokens_figure(result: RunResult) -> go.Figure:
         series = _kv_series(result, engine)
         if not series:
             continue
-        label, color = ("HF", ENGINE_COLORS["hf"]) if engine == "hf" else ("vLLM", ENGINE_COLORS["vllm"])
+        label, color = SHORT_LABELS.get(engine, engine), ENGINE_COLORS.get(engine)
         xs = [row[0] - result.origin_s for row in series]
-        fig.add_trace(go.Scatter(x=xs, y=[row[1] for row in series], mode="lines", line_shape="hv",
-                                 name=f"{label}: held", line=dict(color=color)))
-        fig.add_trace(go.Scatter(x=xs, y=[row[2] for row in series], mode="lines", line_shape="hv",
-                                 name=f"{label}: real tokens", line=dict(color=color, dash="dot")))
+        fig.add_trace(step_line(xs, [row[1] for row in series], name=f"{label}: held", line=dict(color=color)))
+        fig.add_trace(step_line(xs, [row[2] for row in series], name=f"{label}: real tokens",
+                                line=dict(color=color, dash="dot")))
     return _shared_span(_layout(fig, "KV cache held vs holding real tokens, both engines", "seconds since run start",
                                 "tokens"), result)
 
 
 def _kv_series(result: RunResult, engine: str) -> list[tuple]:
     """(time, held tokens, real tokens, ...) of one engine over its levels (lab.metrics.kv's definitions)."""
-    levels = [lvl for lvl in result.levels if lvl.engine == engine]
-    if engine == "vllm":
-        return [row for lvl in levels for row in vllm_usage_series(lvl.samples, lvl.records)]
     info = result.engine_info.get(engine)
-    per_token = info.kv_bytes_per_token if info else None
-    return [row for lvl in levels for row in hf_usage_series(lvl.samples, per_token)] if per_token else []
+    return [row for lvl in result.levels if lvl.engine == engine for row in lvl.kv_held(info)]
 
 
 def queue_figure(result: RunResult) -> go.Figure:
@@ -158,11 +196,10 @@ def queue_figure(result: RunResult) -> go.Figure:
         if not samples:
             continue
         xs = [s.time_s - result.origin_s for s in samples]
-        color = ENGINE_COLORS.get(engine)
-        fig.add_trace(go.Scatter(x=xs, y=[s.running for s in samples], mode="lines", line_shape="hv",
-                                 name=f"{_label(engine)}: running", line=dict(color=color)))
-        fig.add_trace(go.Scatter(x=xs, y=[s.waiting for s in samples], mode="lines", line_shape="hv",
-                                 name=f"{_label(engine)}: waiting", line=dict(color=color, dash="dot")))
+        color, label = ENGINE_COLORS.get(engine), SHORT_LABELS.get(engine, engine)
+        fig.add_trace(step_line(xs, [s.running for s in samples], name=f"{label}: running", line=dict(color=color)))
+        fig.add_trace(step_line(xs, [s.waiting for s in samples], name=f"{label}: waiting",
+                                line=dict(color=color, dash="dot")))
     return _shared_span(_layout(fig, "Requests running / waiting", "seconds since run start", "requests"), result)
 
 
@@ -170,13 +207,14 @@ def latency_table(summary: dict) -> pd.DataFrame:
     """TTFT, TPOT and E2E p50/p90/p99 per engine and level (milliseconds), with tok/s and errors."""
     rows = []
     for r in summary["runs"]:
-        row = {"engine": r["engine"], "users": r["users"], "status": r.get("status", ""),
+        row = {"engine": r["engine"], "users": r["users"], "repeat": r.get("repeat", 0) + 1,
+               "status": r.get("status", ""),
                "done": r.get("completed", r["requests"]), "errors": r["errors"],
                "out tok/s": round(r["output_tok_s"], 1)}
         for metric in ("ttft_s", "tpot_s", "e2e_s"):
             for q in ("p50", "p90", "p99"):
                 value = r[metric][q]
-                row[f"{metric[:-2].upper()} {q} (ms)"] = None if value is None else round(value * 1000, 1)
+                row[f"{metric[:-2].upper()} {q}"] = None if value is None else round(value * 1000, 1)
         rows.append(row)
     return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
@@ -186,8 +224,9 @@ def compare_figure(summaries: Sequence[dict]) -> go.Figure:
     fig = go.Figure()
     for index, s in enumerate(summaries):  # each engine keeps its colour; each run gets its own pattern
         for engine in s["engines"]:
-            rows = [r for r in s["runs"] if r["engine"] == engine]
-            fig.add_trace(go.Bar(x=[str(r["users"]) for r in rows], y=[r["output_tok_s"] for r in rows],
+            levels = engine_spreads(s, engine)
+            fig.add_trace(go.Bar(x=[str(u) for u, _ in levels], y=[found.mean for _, found in levels],
+                                 error_y=_error_bars([found for _, found in levels]),
                                  name=f"{s['run_id'][:6]} {engine} ({s['workload']})",
                                  marker=dict(color=ENGINE_COLORS.get(engine),
                                              pattern_shape=PATTERNS[index % len(PATTERNS)])))

@@ -20,16 +20,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from lab.config import RunPlan
-from lab.engines.base import Engine, EngineInfo, EngineSample, GenRequest
+from lab.config import VLLM_ENGINES, RunPlan
+from lab.engines.base import Engine, EngineFault, EngineInfo, EngineSample, GenRequest
 from lab.load.driver import RequestRecord, run_users
 from lab.load.workloads import make_requests
-from lab.metrics import LevelSummary, e2e_s, ratios_by_users, summarize, tpot_s, ttft_s
-from lab.metrics.kv import kv_summary
+from lab.metrics import (
+    LevelSummary,
+    e2e_s,
+    ratio_spreads,
+    ratios_by_users,
+    summarize,
+    tok_s_spreads,
+    tpot_s,
+    ttft_s,
+)
+from lab.metrics.kv import held_series, kv_summary
 from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
 
+RATIO_BASES = ("hf", "hf-cb")  # vLLM's speed is divided by each of these that ran
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
 RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
 
@@ -41,6 +51,7 @@ class LevelResult:
     engine: str
     users: int
     planned: int | None
+    repeat: int = 0
     records: list[RequestRecord] = field(default_factory=list)
     samples: list[EngineSample] = field(default_factory=list)
     status: RunStatus = RUNNING
@@ -48,6 +59,7 @@ class LevelResult:
     summary: LevelSummary | None = None
     kv: dict = field(default_factory=dict)
     sent: list[RequestRecord] = field(default_factory=list)  # every request sent, filling in live
+    kv_series: list[tuple] | None = None  # lab.metrics.kv.held_series, kept once the level has ended
 
     def in_flight(self) -> list[RequestRecord]:
         """Requests sent and not yet ended (their records grow as tokens arrive)."""
@@ -56,12 +68,21 @@ class LevelResult:
     def finish(self, info: EngineInfo | None, status: RunStatus, error: str = "") -> None:
         """Close the level: compute its summary and KV figures."""
         self.status, self.error = status, error
-        self.summary = summarize(self.records, self.engine, self.users)
+        self.summary = summarize(self.records, self.engine, self.users, self.repeat)
         self.kv = kv_summary(
             self.samples,
             info.kv_total_blocks if info else None,
             info.kv_block_size if info else None,
         )
+        self.kv_series = None
+        self.kv_series = self.kv_held(info)
+
+    def kv_held(self, info: EngineInfo | None) -> list[tuple]:
+        """The KV the engine held and the real tokens in it, over time (computed once the level has ended:
+        redrawing a live page every second must not recompute finished levels)."""
+        if self.kv_series is not None:
+            return self.kv_series
+        return held_series(self.engine, self.samples, self.records, info.kv_bytes_per_token if info else None)
 
 
 @dataclass
@@ -87,9 +108,9 @@ class RunResult:
         """Summaries of the finished levels."""
         return [lvl.summary for lvl in self.levels if lvl.summary is not None]
 
-    def ratio(self) -> dict[int, float]:
-        """vLLM/HF output tok/s per user level measured so far."""
-        return ratios_by_users(self.summaries())
+    def ratio(self, base: str = "hf") -> dict[int, float]:
+        """vLLM / ``base`` output tok/s per user level measured so far."""
+        return ratios_by_users([s.to_dict() for s in self.summaries()], base)
 
     def current(self) -> LevelResult | None:
         """The level running now, if any."""
@@ -111,18 +132,19 @@ def level_seed(load, users: int) -> int:
     return load.seed * 1000 + users
 
 
-def level_requests(tokenizer, plan: RunPlan, users: int) -> Iterator[GenRequest]:
-    """The requests of one user level: identical for every engine (same seed, same ids)."""
+def level_requests(tokenizer, plan: RunPlan, users: int, repeat: int = 0) -> Iterator[GenRequest]:
+    """The requests of one user level: identical for every engine and every repeat (same seed; the
+    ids differ by repeat only)."""
     load = plan.load
-    seed = level_seed(load, users)
+    seed, prefix = level_seed(load, users), f"u{users}" + (f"r{repeat}" if repeat else "")
     if load.requests_per_user is not None:
         yield from make_requests(tokenizer, load.workload, users * load.requests_per_user, seed,
-                                 load.output_len, load.exact_lengths, prefix=f"u{users}")
+                                 load.output_len, load.exact_lengths, prefix=prefix)
         return
     chunk = 0
     while True:  # duration-bound: an endless, still repeatable stream
         yield from make_requests(tokenizer, load.workload, 64, seed + 7919 * chunk, load.output_len,
-                                 load.exact_lengths, prefix=f"u{users}c{chunk}")
+                                 load.exact_lengths, prefix=f"{prefix}c{chunk}")
         chunk += 1
 
 
@@ -163,22 +185,27 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
     warmed: set[str] = set()
     last_engine = None
     try:
-        for users in plan.load.users:
-            for name in plan.engines:
-                engine = engines[name]
-                if last_engine == "vllm" and name != "vllm":
-                    await asyncio.sleep(SETTLE_S)
-                if name not in warmed:
-                    result.message = f"warming up {name}"
-                    _notify(observers, "on_update", result)
-                    await warm_up(engine, tokenizer, plan)
-                    warmed.add(name)
-                await run_level(plan, engine, tokenizer, users, result, observers)
-                last_engine = name
+        for users, repeat, name in level_order(plan):
+            engine = engines[name]
+            if last_engine in VLLM_ENGINES and name != last_engine:
+                await asyncio.sleep(SETTLE_S)
+            if not engine.alive():  # before anything is sent: a dead vLLM answers with a bare EngineDeadError
+                raise EngineFault(f"{engine.fault()}, before the {users}-user level of {name}")
+            if name not in warmed:
+                result.message = f"warming up {name}"
+                _notify(observers, "on_update", result)
+                await warm_up(engine, tokenizer, plan)
+                warmed.add(name)
+            await run_level(plan, engine, tokenizer, users, result, observers, repeat)
+            last_engine = name
         result.status, result.message = OK, "done"
     except asyncio.CancelledError:
         result.status, result.message = CANCELLED, "cancelled: partial results kept"
         await _abort(engines)
+    except EngineFault as exc:
+        log.warning("run failed: %s", exc)
+        result.status, result.error = FAILED, str(exc)
+        result.message = f"failed: {exc} (partial results kept)"
     except Exception as exc:
         log.exception("run failed")
         result.status, result.error = FAILED, f"{type(exc).__name__}: {exc}"
@@ -192,6 +219,14 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
     return result
 
 
+def level_order(plan: RunPlan) -> Iterator[tuple[int, int, str]]:
+    """(users, repeat, engine) in run order: each level's repeats in turn, engines interleaved in each."""
+    for users in plan.load.users:
+        for repeat in range(plan.load.repeats):
+            for name in plan.engines:
+                yield users, repeat, name
+
+
 async def _abort(engines: dict[str, Engine]) -> None:
     for engine in engines.values():
         try:
@@ -201,13 +236,15 @@ async def _abort(engines: dict[str, Engine]) -> None:
 
 
 async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result: RunResult,
-                    observers: Sequence[Observer] = ()) -> LevelResult:
+                    observers: Sequence[Observer] = (), repeat: int = 0) -> LevelResult:
     """Run one engine at one user level, appending its LevelResult to ``result`` as it goes."""
     load = plan.load
     planned = users * load.requests_per_user if load.requests_per_user is not None else None
-    level = LevelResult(engine=engine.name, users=users, planned=planned)
+    level = LevelResult(engine=engine.name, users=users, planned=planned, repeat=repeat)
     result.levels.append(level)
-    result.message = f"{engine.name} at {users} user{'s' if users > 1 else ''}"
+    result.message = f"{engine.name} at {users} user{'s' if users > 1 else ''}" + (
+        f" (repeat {repeat + 1} of {load.repeats})" if load.repeats > 1 else "")
+    info = result.engine_info.get(engine.name)
     await engine.reset()
     engine.drain_samples()
     _notify(observers, "on_update", result)
@@ -217,24 +254,41 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         level.samples.extend(engine.drain_samples())
         _notify(observers, "on_update", result)
 
-    sampler = asyncio.ensure_future(_collect_samples(engine, level, observers, result))
+    driver = asyncio.ensure_future(run_users(engine, level_requests(tokenizer, plan, users, repeat), users,
+                                             load.duration_s, on_record, level.sent.append))
+    watcher = asyncio.ensure_future(_watch(engine, level, observers, result, driver))
     try:
-        await run_users(engine, level_requests(tokenizer, plan, users), users, load.duration_s, on_record,
-                        level.sent.append)
+        await driver
+    except asyncio.CancelledError:
+        if not level.error:  # the run was cancelled (not stopped by the watcher)
+            raise
     finally:
-        sampler.cancel()
-        await asyncio.gather(sampler, return_exceptions=True)
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
         level.samples.extend(engine.drain_samples())
-    level.finish(result.engine_info.get(engine.name), OK)
+    fault = level.error or engine.fault()
+    level.finish(info, FAILED if fault else OK, fault or "")
     _notify(observers, "on_update", result)
+    if fault:
+        raise EngineFault(f"{fault}, during the {_level_words(level)}")
     return level
 
 
-async def _collect_samples(engine: Engine, level: LevelResult, observers, result, every_s: float = 0.5):
-    """Move engine samples into the level twice a second, so live views see KV usage between records."""
+def _level_words(level: LevelResult) -> str:
+    return f"{level.users}-user level of {level.engine}"
+
+
+async def _watch(engine: Engine, level: LevelResult, observers, result, driver: asyncio.Future,
+                 every_s: float = 0.5) -> None:
+    """Twice a second: move engine samples into the level (live views see KV usage between records), and
+    stop the level's users once the engine has died or failed its work (``level.error`` says why)."""
     while True:
         await asyncio.sleep(every_s)
         level.samples.extend(engine.drain_samples())
+        if (fault := engine.fault()) is not None:
+            level.error = fault
+            driver.cancel()
+            return
         _notify(observers, "on_update", result)
 
 
@@ -244,9 +298,10 @@ def summary_dict(result: RunResult) -> dict:
     """The run as summary.json holds it."""
     runs = []
     for level in result.levels:
-        s = level.summary or summarize(level.records, level.engine, level.users)
+        s = level.summary or summarize(level.records, level.engine, level.users, level.repeat)
         entry = {
-            "engine": level.engine, "users": level.users, "status": level.status, "error": level.error,
+            "engine": level.engine, "users": level.users, "repeat": level.repeat, "status": level.status,
+            "error": level.error,
             "requests": s.requests, "completed": s.completed, "errors": s.errors, "cancelled": s.cancelled,
             "duration_s": s.duration_s, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
             "output_tok_s": s.output_tok_s, "total_tok_s": s.total_tok_s, "req_s": s.req_s,
@@ -265,13 +320,27 @@ def summary_dict(result: RunResult) -> dict:
         "load": {
             "requests_per_user": plan.load.requests_per_user, "duration_s": plan.load.duration_s,
             "output_len": plan.load.output_len, "exact_lengths": plan.load.exact_lengths,
-            "warmup_requests": plan.load.warmup_requests, "seed": plan.load.seed,
+            "warmup_requests": plan.load.warmup_requests, "seed": plan.load.seed, "repeats": plan.load.repeats,
         },
         "engine_args": {name: info.args for name, info in result.engine_info.items()},
         "agreement": result.agreement,
         "runs": runs,
         "ratio": {str(users): value for users, value in result.ratio().items()},
+        "ratios": {base: {str(users): value for users, value in result.ratio(base).items()}
+                   for base in RATIO_BASES if base in plan.engines and "vllm" in plan.engines},
+        "spread": spread_dict(runs),
     }
+
+
+def spread_dict(runs: list[dict]) -> dict:
+    """summary.json's ``spread``: per engine and per user level, output tok/s over the repeats, and the ratio's."""
+    spreads: dict[str, dict] = {}
+    for (engine, users), found in tok_s_spreads(runs).items():
+        spreads.setdefault(engine, {})[str(users)] = found.to_dict()
+    spreads["ratio"] = {str(users): found.to_dict() for users, found in ratio_spreads(runs).items()}
+    if any(run["engine"] == "hf-cb" for run in runs):
+        spreads["ratio_hf_cb"] = {str(u): found.to_dict() for u, found in ratio_spreads(runs, "hf-cb").items()}
+    return spreads
 
 
 REQUEST_COLUMNS = ("engine", "users", "user_id", "request_id", "status", "error", "prompt_tokens",

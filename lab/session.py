@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from lab.agreement import (
     skipped,
     with_tie_gaps,
 )
-from lab.config import EngineConfig, RunPlan
+from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
 from lab.engines import create_engine
 from lab.engines.base import Engine, EngineInfo
 from lab.environment import read_device, versions
@@ -62,7 +63,7 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
     """
     model_path = resolve_model(config.model)
     device = config.resolved_device()
-    if "vllm" in engines:
+    if any(name in VLLM_ENGINES for name in engines):
         config.check_block_size()
     info = read_device(device)
     info = dataclasses.replace(info, free_bytes=info.free_bytes + held_bytes) if held_bytes else info
@@ -96,6 +97,7 @@ class LabSession:
         self.configs: dict[str, EngineConfig] = {}  # what each engine runs now (a sweep changes one)
         self.tokenizer = None
         self.agreement: AgreementReport | None = None
+        self.start_s: dict[str, float] = {}  # how long each engine's last start took
 
     async def start(self, on_status: Callable[[str], None] | None = None) -> None:
         """Load the tokenizer and start every engine, reporting the start of each step to ``on_status``.
@@ -108,11 +110,13 @@ class LabSession:
 
         say(f"loading tokenizer of {self.check.model}")
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.check.model_path)
-        order = sorted(self.engine_names, key=lambda n: 0 if n == "vllm" else 1)
+        order = sorted(self.engine_names, key=lambda n: 0 if n in VLLM_ENGINES else 1)  # vLLM takes its share first
         for index, name in enumerate(order, 1):
             say(f"starting engine {index}/{len(order)}: {name} ({self.check.model} on {self.check.device})")
             engine = create_engine(name, self.config, self.check.model_path)
+            began = time.monotonic()
             self.info[name] = await engine.start()
+            self.start_s[name] = time.monotonic() - began
             self.engines[name], self.configs[name] = engine, self.config
             log.info("engine %s ready", name)
         if len(self.engines) > 1:
@@ -188,7 +192,9 @@ class LabSession:
         """What the memory plan gave engine ``name`` if it is loaded (a restart frees it first), else 0."""
         if name not in self.engines:
             return 0
-        return (self.check.memory.vllm_bytes if name == "vllm" else self.check.memory.hf_bytes) or 0
+        memory = self.check.memory
+        each_vllm = (memory.vllm_bytes or 0) // max(1, sum(n in VLLM_ENGINES for n in self.engine_names))
+        return {"hf": memory.hf_bytes, "hf-cb": memory.hf_cb_bytes}.get(name, each_vllm) or 0
 
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
         """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
@@ -200,8 +206,9 @@ class LabSession:
             if cancelled:
                 raise asyncio.CancelledError
         engine = create_engine(name, config, self.check.model_path)
+        began = time.monotonic()
         info, cancelled = await through_cancel(engine.start())
-        self.info[name] = info
+        self.info[name], self.start_s[name] = info, time.monotonic() - began
         self.engines[name], self.configs[name] = engine, config
         if cancelled:
             raise asyncio.CancelledError

@@ -24,3 +24,12 @@ class RunStatus(StrEnum):
     OK = "ok"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class EngineHealth(StrEnum):
+    """Whether an engine can serve: what the page header, the Environment tab and the host go by."""
+
+    LOADING = "loading"
+    ALIVE = "alive"
+    DEAD = "dead"
+    RESTARTING = "restarting"

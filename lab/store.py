@@ -13,6 +13,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from lab.metrics import tok_s_spreads
 from lab.model import cache_dir
 from lab.runs import REQUEST_COLUMNS, RunResult, request_rows, summary_dict
 
@@ -100,7 +101,7 @@ def list_runs(db_path: str | Path) -> list[dict]:
 def run_row(s: dict) -> dict:
     """One run as the Results table shows it (engine args stay in the detail view)."""
     top = max(s["users"])
-    tok = {r["engine"]: r["output_tok_s"] for r in s["runs"] if r["users"] == top}
+    tok = {engine: found.mean for (engine, users), found in tok_s_spreads(s["runs"]).items() if users == top}
     ratio = s["ratio"].get(str(top))
     load = s.get("load", {})
     return {
@@ -110,6 +111,7 @@ def run_row(s: dict) -> dict:
         "output len": load.get("output_len") or "workload's",
         "per user": (f"{load['requests_per_user']} req" if load.get("requests_per_user")
                      else f"{load.get('duration_s')} s"),
+        "repeats": load.get("repeats", 1),
         "top level": top,
         "HF tok/s": None if tok.get("hf") is None else round(tok["hf"], 1),
         "vLLM tok/s": None if tok.get("vllm") is None else round(tok["vllm"], 1),

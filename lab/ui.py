@@ -17,13 +17,15 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from lab.config import ENGINE_NAMES
+from lab.config import MAX_REPEATS
 from lab.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
     agreement_warning,
     environment_markdown,
-    live_view,
+    over_time_view,
+    per_level_key,
+    per_level_view,
     plan_from_inputs,
     progress_text,
 )
@@ -45,6 +47,7 @@ continuous batching). Pick a workload and concurrent users, press **Run**, and w
 PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one second; a level's bar divides all "
              "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
              "are left, so the per-second peaks lie above the bar.*")
+LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82px"] * 9  # wrapped: fits 1280 px
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 
@@ -56,23 +59,27 @@ class Handlers:
         self.host = host
 
     # -- actions -------------------------------------------------------------------------------
-    def start_run(self, engines, users, workload, output_len, bound, amount) -> str:
-        """Start a run from the Load-test form; returns the message line."""
+    def start_run(self, *form) -> str:
+        """Start a run from the Load-test form (``_form``'s values); returns the message line."""
         try:
-            plan = plan_from_inputs(self.host.config, engines, users, workload, output_len, bound, amount)
+            plan = plan_from_inputs(self.host.config, *form)
         except ValueError as exc:
             return f"**Input error:** {exc}"
         started, message = self.host.submit(plan)
         return message if started else f"**Not started:** {message}"
 
-    def estimate(self, engines, users, workload, output_len, bound, amount) -> str:
+    def estimate(self, *form) -> str:
         """How long the form's run should take here, learned from stored runs (or the input error, early)."""
         try:
-            plan = plan_from_inputs(self.host.config, engines, users, workload, output_len, bound, amount)
+            plan = plan_from_inputs(self.host.config, *form)
         except ValueError as exc:
             return f"**Input error:** {exc}"
         return estimate_text(plan, list_summaries(self.host.db_path), self.host.check.model,
                              self.host.check.memory.device.name)
+
+    def progress_now(self) -> str:
+        """The progress line right after Run (the timer would redraw it only at its next tick)."""
+        return progress_text(self.host.result)
 
     def run_ended(self, message: str):
         """Once the run has ended, this page's 'started' or 'Cancelling' line for it says so (others stay)."""
@@ -87,29 +94,30 @@ class Handlers:
         """The running run's settings, for a browser that opens the page while it goes (else unchanged)."""
         result = self.host.result
         if result is None or result.status != RUNNING:
-            return [gr.skip()] * 6
+            return [gr.skip()] * 7
         load = result.plan.load
         bound, amount = (BOUND_REQUESTS, load.requests_per_user) if load.requests_per_user else (
             BOUND_SECONDS, load.duration_s)
         return [list(result.plan.engines), ",".join(map(str, load.users)), load.workload, load.output_len or 0,
-                bound, amount]
+                bound, amount, load.repeats]
 
     def demo_form(self) -> list:
         """The Workshop demo's form values for this device (the button then presses Run)."""
         preset = workshop_demo(self.host.config)
-        return [list(ENGINE_NAMES), preset.users, preset.workload, preset.output_len, BOUND_REQUESTS,
-                preset.requests_per_user]
+        return [list(preset.plan(self.host.config).engines), preset.users, preset.workload, preset.output_len,
+                BOUND_REQUESTS, preset.requests_per_user, 1]
 
     def cancel(self) -> str:
         """Cancel the run in progress; returns the message line."""
         return self.host.cancel()
 
-    def run_and_wait(self, engines: str, users: str, workload: str, output_len: int, requests_per_user: int) -> str:
+    def run_and_wait(self, engines: str, users: str, workload: str, output_len: int, requests_per_user: int,
+                     repeats: int = 1) -> str:
         """Start a run, wait for it to end, and return its summary.json (for API clients)."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
             plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
-                                    requests_per_user)
+                                    requests_per_user, repeats)
         except ValueError as exc:
             return json.dumps({"error": str(exc)})
         started, message = self.host.submit(plan)
@@ -119,8 +127,9 @@ class Handlers:
 
     # -- change keys: cheap, read every tick -----------------------------------------------------
     def status_key(self) -> str:
-        """Changes with every loading step (the agreement warning comes with the last one)."""
-        return self.host.status.text()
+        """Changes with every loading step (the agreement warning comes with the last one) and with the
+        engines' health (one dies, restarts, comes back)."""
+        return self.host.status_text()
 
     def live_key(self) -> tuple | None:
         """Changes whenever the current run has something new to draw; None before the first run."""
@@ -132,23 +141,38 @@ class Handlers:
         result = self.host.result
         return result.run_id if result and result.status != RUNNING else None
 
-    def ready_key(self) -> tuple[bool, str]:
-        """Changes when the engines become ready (or fail to load)."""
-        return self.host.status.ready, self.host.status.error
+    def ready_key(self) -> tuple:
+        """Changes when the engines become ready (or fail to load), and when one dies or comes back."""
+        health = tuple(h["state"] for h in self.host.health().values())
+        return self.host.status.ready, self.host.status.error, health
 
     # -- redraws -------------------------------------------------------------------------------
-    def status_lines(self) -> tuple[str, str]:
-        """The load status line and the agreement warning under it."""
-        return self.host.status.text(), agreement_warning(self.host.agreement())
+    def status_lines(self) -> tuple:
+        """The status line (loading, or the engines' health), the agreement warning, and the Restart button
+        (shown while an engine is dead)."""
+        return (self.host.status_text(), agreement_warning(self.host.agreement()),
+                gr.update(visible=bool(self.host.dead())))
+
+    def restart(self) -> str:
+        """Restart the dead engines; the status line follows the restart."""
+        started, message = self.host.restart_dead()
+        return message if started else f"**Not restarted:** {message}"
 
     def live(self) -> list:
-        """Progress line, the six live figures and the latency table of the current run."""
+        """Progress line and the four figures over time of the current run (every change)."""
         result = self.host.result
         if result is None:
-            return [progress_text(None)] + [gr.skip()] * 7
-        view = live_view(result)
-        return [view.progress, view.throughput, view.tok_s_bars, view.ratio, view.queue, view.vllm_kv,
-                view.kv_tokens, view.latency]
+            return [progress_text(None)] + [gr.skip()] * 4
+        return list(over_time_view(result))
+
+    def per_level_key(self) -> tuple | None:
+        """Changes when a level begins or ends (the per-level figures redraw only then)."""
+        return per_level_key(self.host.result)
+
+    def per_level(self) -> list:
+        """The per-level bars, the ratio and the latency table of the current run."""
+        result = self.host.result
+        return [gr.skip()] * 3 if result is None else list(per_level_view(result))
 
     def buttons(self) -> tuple:
         """Run and Workshop demo: pressable once the engines are ready."""
@@ -186,6 +210,7 @@ class LoadTab:
     cancel: gr.Button
     message: gr.Markdown
     live: list  # in Handlers.live's order
+    per_level: list  # in Handlers.per_level's order
 
 
 @dataclass
@@ -218,14 +243,16 @@ def build_app(host: LabHost) -> gr.Blocks:
     handlers = Handlers(host)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO)
-        header = [gr.Markdown(host.status.text(), elem_id="load-status"),
-                  gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning")]
+        header = [gr.Markdown(host.status_text(), elem_id="load-status"),
+                  gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
+                  gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
         with gr.Tabs():
             load = _load_tab(host)
             build_kv_tab(host, TICK_S, QUIET)
             sweeps = build_sweep_tab(host, TICK_S, QUIET)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
+        header[2].click(handlers.restart, None, [load.message], api_name="restart")
         _wire_timer(handlers, header, load, results, env)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
@@ -236,52 +263,63 @@ def build_app(host: LabHost) -> gr.Blocks:
 
 
 def _load_tab(host: LabHost) -> LoadTab:
-    """The Load-test tab: the form, Run and Cancel, then the live figures."""
+    """The Load-test tab: the form and its buttons on the left, the story (progress, ratio and per-level
+    bars) beside it, where a 1280x720 screen sees it first; the other live figures below."""
     with gr.Tab("Load test", id="load"):
-        form = _form()
-        estimate = gr.Markdown(elem_id="estimate")
-        with gr.Row():
-            run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
-            demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
-            cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
-        gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
-        message = gr.Markdown(elem_id="message")
-        live = _live_outputs(host)
-    return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=300):
+                form = _form(host.engine_names)
+                estimate = gr.Markdown(elem_id="estimate")
+                with gr.Row():
+                    run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
+                    cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
+                demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
+                gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
+                message = gr.Markdown(elem_id="message")
+            with gr.Column(scale=3):
+                over_time = _story_outputs(host)
+        live = _detail_outputs(*over_time)
+    return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live[:5],
+                   per_level=live[5:])
 
 
-def _form() -> list:
-    """Engines, users, workload, output length, bound and amount (Handlers.start_run's arguments)."""
+def _form(engine_names: tuple[str, ...]) -> list:
+    """Engines, users, workload, output length, bound, amount and repeats (plan_from_inputs' arguments)."""
+    engines = gr.CheckboxGroup(list(engine_names), value=list(engine_names), label="Engines", elem_id="engines")
+    users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
+    workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", elem_id="workload",
+                           info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()))
+    output_len = gr.Number(0, precision=0, label="Output length in tokens (0 = the workload's)", elem_id="output-len")
+    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
     with gr.Row():
-        engines = gr.CheckboxGroup(list(ENGINE_NAMES), value=list(ENGINE_NAMES), label="Engines")
-        users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
-        workload = gr.Dropdown([(f"{w.name}: {w.description}", w.name) for w in WORKLOADS.values()],
-                               value="mixed", label="Workload")
-    with gr.Row():
-        output_len = gr.Number(0, precision=0, label="Output length in tokens (0 = the workload's)",
-                               elem_id="output-len")
-        bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
-        amount = gr.Number(2, label="Requests per user / seconds per level", elem_id="amount")
-    return [engines, users, workload, output_len, bound, amount]
+        amount = gr.Number(2, label="Requests per user / seconds", elem_id="amount", min_width=120)
+        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, label="Repeats of each level",
+                            elem_id="repeats", min_width=120)
+    return [engines, users, workload, output_len, bound, amount, repeats]
 
 
-def _live_outputs(host: LabHost) -> list:
-    """The progress line, six figures in three rows (ratio and per-level bars first), and the latency table
-    (returned in Handlers.live's order)."""
+def _story_outputs(host: LabHost) -> tuple:
+    """The progress line, then the story: how much faster (ratio), the speeds it divides, and how
+    they went over time."""
     progress = gr.Markdown(progress_text(host.result), elem_id="progress")
-    with gr.Row():  # the story first: how much faster, then the speeds it divides
+    with gr.Row():
         ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
         bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
     with gr.Row():
         throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
         queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
     gr.Markdown(PEAK_NOTE, elem_id="peak-note")
+    return progress, ratio, bars, throughput, queue
+
+
+def _detail_outputs(progress, ratio, bars, throughput, queue) -> list:
+    """The KV charts and the latency table under the form, with the story's figures in Handlers.live's order."""
     with gr.Row():
         vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
         kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
     latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and user level",
-                           elem_id="latency")
-    return [progress, throughput, bars, ratio, queue, vllm_kv, kv_tokens, latency]
+                           elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
+    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency]  # live, then per level
 
 
 def _results_tab() -> ResultsTab:
@@ -292,7 +330,8 @@ def _results_tab() -> ResultsTab:
         chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)")
         with gr.Row():
             compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
-        compare_table = gr.Dataframe(label="Latency of the first chosen run")
+        compare_table = gr.Dataframe(label="Latency (ms) of the first chosen run", column_widths=LATENCY_WIDTHS,
+                                     wrap=True)
         args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
@@ -314,6 +353,7 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
     groups = [
         (handlers.status_key, handlers.status_lines, header),
         (handlers.live_key, handlers.live, load.live),
+        (handlers.per_level_key, handlers.per_level, load.per_level),
         (handlers.finished_key, handlers.load_runs, results.runs),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.ready_key, handlers.environment, env.shown),
@@ -324,11 +364,13 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
-    load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run")
+    load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run").then(
+        handlers.progress_now, None, [load.live[0]], **QUIET)
     for component in load.form:
         component.change(handlers.estimate, load.form, [load.estimate], api_visibility="private", queue=False)
     load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
-        handlers.start_run, load.form, [load.message], api_visibility="private")
+        handlers.start_run, load.form, [load.message], api_visibility="private").then(
+        handlers.progress_now, None, [load.live[0]], **QUIET)
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")

@@ -74,6 +74,15 @@ def test_memory_plan_leaves_room_for_hf():
         plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.1), gpu(), ("vllm",), 16 * GIB, None)
 
 
+def test_memory_plan_counts_hf_continuous_batching_apart():
+    cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
+    plan = plan_memory(EngineConfig(device="cpu"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4, 1000)
+    assert plan.hf_cb_bytes == GIB // 4 + GIB // 4  # its own weights + vLLM's KV budget (0.25 GiB on CPU)
+    assert any(note.startswith("HF-CB: 0.25 GiB of weights (its own copy) + 0.25 GiB") for note in plan.notes)
+    with pytest.raises(ValueError, match="HF continuous batching needs 9.00 GiB"):
+        plan_memory(EngineConfig(device="cuda", kv_cache_gib=1), gpu(80, 20), ("hf", "vllm", "hf-cb"), 8 * GIB, 1000)
+
+
 def test_memory_plan_on_cpu_checks_ram():
     cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
     with pytest.raises(ValueError, match="lower kv_cache_gib"):
@@ -91,6 +100,7 @@ def test_memory_plan_on_cpu_checks_ram():
     (["bench", "--output-len", "5000", "--users", "1"], "5000 tokens"),
     (["bench", "--workload", "prefill", "--max-model-len", "1024"], "max_model_len 1024"),
     (["bench", "--cpu-attention", "avx"], "invalid choice"),
+    (["bench", "--repeats", "0"], "repeats must be a whole number from 1 to 10, not 0"),
     (["bench", "--users", "100000"], "100000 is past the limit of 256 concurrent users per level"),
     (["bench", "--users", "300", "--max-users", "512", "--requests-per-user", "10"], "3000 requests, past"),
     (["check", "--engines", "hf"], "two engines"),
@@ -159,3 +169,23 @@ def test_cuda_block_sizes_are_the_backends_16_or_32():
     EngineConfig(device="cuda").check_block_size()  # the default, 16
     with pytest.raises(ValueError, match="on CUDA the lab runs vLLM with blocks of 16 or 32 tokens"):
         EngineConfig(device="cuda", block_size=64).check_block_size()
+
+
+def test_an_engine_out_of_memory_names_what_it_asked_for_and_what_was_free():
+    from lab.memory import asked_bytes, failure_words
+
+    cpu = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 3221225472 bytes. "
+                       "Error code 12 (Cannot allocate memory)")
+    assert asked_bytes(str(cpu)) == 3 * GIB
+    assert asked_bytes("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ...") == 2 * GIB
+    words = failure_words("HF", cpu, "cpu", 32)
+    assert words.startswith("HF ran out of memory on cpu with a batch of 32 requests: it asked for 3.00 GiB and ")
+    assert "GiB was free" in words
+    assert failure_words("HF", ValueError("bad shape"), "cpu", 2) == (
+        "HF failed a batch of 2 requests: ValueError: bad shape")
+
+
+def test_an_engine_process_exit_in_words():
+    from lab.engines.vllm import exit_words
+
+    assert exit_words(-9) == "signal 9, SIGKILL" and exit_words(1) == "exit code 1"

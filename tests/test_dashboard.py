@@ -28,11 +28,11 @@ def no_settle(monkeypatch):
 
 
 def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=None, bound=BOUND_REQUESTS,
-         amount=2, max_model_len=2048):
+         amount=2, max_model_len=2048, repeats=1):
     """plan_from_inputs with the form's usual values, some changed."""
     config = EngineConfig(max_model_len=max_model_len)
     return plan_from_inputs(config, None if engines is None else list(engines), users, workload, output_len,
-                            bound, amount)
+                            bound, amount, repeats)
 
 
 def test_valid_inputs_make_a_plan():
@@ -57,6 +57,9 @@ def test_valid_inputs_make_a_plan():
     (dict(amount=0), ["Requests per user", "0"]),
     (dict(amount=0.5), ["Requests per user", "whole number", "0.5"]),
     (dict(amount=0, bound=BOUND_SECONDS), ["duration_s", "0"]),
+    (dict(repeats=1.5), ["Repeats", "whole number", "1.5"]),
+    (dict(repeats=0), ["repeats", "1 to 10", "0"]),
+    (dict(repeats=11), ["repeats", "1 to 10", "11"]),
 ])
 def test_bad_inputs_say_what_is_wrong(changes, named):
     with pytest.raises(ValueError) as error:
@@ -120,6 +123,9 @@ def environment():
             "vllm": {**engine, "attention": "FlashAttention", "kv_total_blocks": 1000, "kv_block_size": 16},
         },
         "agreement": None,
+        "health": {"hf": {"state": "alive", "reason": "", "last_start_s": 4.2},
+                   "vllm": {"state": "dead", "reason": "vLLM's engine process exited (signal 9, SIGKILL)",
+                            "last_start_s": 27.0}},
         "process_rss_bytes": 900 * 2**20,
         "load_status": "ready",
     }
@@ -131,9 +137,9 @@ def test_environment_markdown():
             in text)
     assert "**Model:** SmolLM2-135M-Instruct — 256 MiB of weights at `/models/smol`" in text
     assert "**Versions:** python 3.12.1, torch 2.5.1, vllm 0.8.0" in text
-    assert "**hf:** sdpa; holds 256 MiB of weights" in text
-    assert ("**vllm:** FlashAttention; holds ? of KV-cache budget; KV at start-up: 1000 blocks x 16 tokens "
-            "(16,000 token slots)" in text)
+    assert "**hf** (alive, last start 4 s): sdpa; holds 256 MiB of weights" in text
+    assert ("**vllm** (dead: vLLM's engine process exited (signal 9, SIGKILL), last start 27 s): FlashAttention; "
+            "holds ? of KV-cache budget; KV at start-up: 1000 blocks x 16 tokens (16,000 token slots)" in text)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

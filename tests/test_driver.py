@@ -152,3 +152,39 @@ def test_a_failing_engine_keeps_partial_results(tmp_path, char_tokenizer, monkey
     assert len(result.levels) >= 1 and result.levels[0].records
     write_run(result, tmp_path)
     assert "engine died" in (tmp_path / "summary.json").read_text()
+
+
+def test_an_engine_that_dies_mid_level_fails_the_level_and_the_run_in_plain_words(char_tokenizer, monkeypatch):
+    monkeypatch.setattr("lab.runs.SETTLE_S", 0)
+
+    class Dies(FakeEngine):
+        async def stream(self, request):
+            async for chunk in super().stream(request):
+                yield chunk
+                if self.name == "vllm" and len(self._samples) > 20:  # some tokens made, then the process dies
+                    self.failure = "vLLM's engine process exited (signal 9, SIGKILL)"
+
+    engines = {"hf": Dies("hf"), "vllm": Dies("vllm", token_delay_s=0.01)}
+    plan = RunPlan(engines=("hf", "vllm"), load=LoadConfig(users=(2, 4), requests_per_user=4, output_len=30,
+                                                           warmup_requests=0))
+    result = fake_result(plan, engines)
+    asyncio.run(execute(plan, engines, char_tokenizer, result))
+    assert result.status == "failed"
+    assert result.error == "vLLM's engine process exited (signal 9, SIGKILL), during the 2-user level of vllm"
+    assert [(lvl.engine, lvl.status) for lvl in result.levels] == [("hf", "ok"), ("vllm", "failed")]
+    dead = result.levels[-1]
+    assert dead.error.startswith("vLLM's engine process exited") and dead.records  # what it measured is kept
+    assert any(r.output_tokens for r in dead.records)
+    assert summary_dict(result)["runs"][-1]["status"] == "failed"
+
+
+def test_a_dead_engine_fails_the_run_before_its_level_starts(char_tokenizer, monkeypatch):
+    monkeypatch.setattr("lab.runs.SETTLE_S", 0)
+    engines = {"vllm": FakeEngine("vllm")}
+    engines["vllm"].failure = "vLLM's engine process exited (exit code 1)"
+    plan = RunPlan(engines=("vllm",), load=LoadConfig(users=(1,), requests_per_user=1))  # with its warm-up
+    result = fake_result(plan, engines)
+    asyncio.run(execute(plan, engines, char_tokenizer, result))
+    assert result.status == "failed"
+    assert result.error == "vLLM's engine process exited (exit code 1), before the 1-user level of vllm"
+    assert not result.levels

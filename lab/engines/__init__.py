@@ -10,7 +10,7 @@ def create_engine(name: str, config: EngineConfig, model_path: str) -> Engine:
     """Build (not start) the engine called ``name`` for the resolved model.
 
     Args:
-        name: 'hf' or 'vllm'.
+        name: 'hf', 'vllm', 'hf-cb' or 'vllm-engine'.
         config: The shared engine config.
         model_path: A resolved local folder or hub id (lab.model.resolve_model).
 
@@ -25,4 +25,12 @@ def create_engine(name: str, config: EngineConfig, model_path: str) -> Engine:
         from lab.engines.vllm import VLLMEngine
 
         return VLLMEngine(config, model_path)
-    raise ValueError(f"unknown engine {name!r}; choose hf or vllm")
+    if name == "vllm-engine":
+        from lab.engines.vllm_engine import VLLMStepEngine
+
+        return VLLMStepEngine(config, model_path)
+    if name == "hf-cb":
+        from lab.engines.hf_cb import HFCBEngine
+
+        return HFCBEngine(config, model_path)
+    raise ValueError(f"unknown engine {name!r}; choose hf, vllm, hf-cb or vllm-engine")

@@ -21,6 +21,10 @@ class RequestCancelled(RequestRejected):
     """A request stopped because its run was cancelled (recorded as cancelled, not as an error)."""
 
 
+class EngineFault(Exception):
+    """An engine died or failed its work (out of memory, a worker that raised): the level and run end failed."""
+
+
 @dataclass(frozen=True)
 class GenRequest:
     """One generation request, already tokenized so that both engines see the same prompt.
@@ -134,6 +138,12 @@ class Engine(Protocol):
 
     async def stop(self) -> None:
         """Release the model and any processes."""
+
+    def alive(self) -> bool:
+        """Whether the engine can still serve (vLLM's engine process, HF's worker thread)."""
+
+    def fault(self) -> str | None:
+        """Why it cannot serve, or why its work failed since the last reset, in plain words; None when fine."""
 
     def decode(self, token_ids: list[int]) -> str:
         """Turn output token ids into text."""

@@ -25,6 +25,7 @@ class FakeEngine:
         self._running = 0
         self._samples: list[EngineSample] = []
         self.started = self.stopped = False
+        self.failure: str | None = None  # set by a test: the engine "dies" with this reason
 
     async def start(self) -> EngineInfo:
         self.started = True
@@ -37,6 +38,8 @@ class FakeEngine:
         problem = self.check(request)
         if problem:
             raise RequestRejected(problem)
+        if self.failure:
+            raise RequestRejected(self.failure)
         if self._rng.random() < self.error_rate:
             raise RequestRejected("fake engine error")
         self._running += 1
@@ -55,6 +58,12 @@ class FakeEngine:
 
     async def reset(self) -> None:
         pass
+
+    def alive(self) -> bool:
+        return self.failure is None
+
+    def fault(self) -> str | None:
+        return self.failure
 
     async def abort_all(self) -> None:
         pass

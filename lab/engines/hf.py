@@ -62,6 +62,48 @@ def default_hf_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+@dataclass
+class LoadedModel:
+    """A transformers model on its device, with its tokenizer and how its attention runs."""
+
+    torch: object
+    tokenizer: object
+    model: object
+    device: str
+    threads: int
+    attention: str
+
+
+def load_model(config: EngineConfig, model_path: str) -> LoadedModel:
+    """Load the model (or random weights of its shape) for a transformers engine: torch threads on CPU,
+    cuDNN attention as configured on CUDA, the config's dtype, eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = config.resolved_device()
+    threads = config.hf_threads or default_hf_threads()
+    if device == "cpu":
+        torch.set_num_threads(threads)
+        attention = f"sdpa (CPU, {threads} thread{'s' if threads > 1 else ''})"
+    else:
+        torch.backends.cuda.enable_cudnn_sdp(config.hf_cudnn_sdp)
+        attention = "sdpa, cuDNN on (PyTorch default)" if config.hf_cudnn_sdp else "sdpa, cuDNN off (fair setting)"
+    torch.manual_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    dtype = getattr(torch, config.dtype)
+    if config.load_format == "dummy":  # random weights of the model's shape, made on the device itself
+        from transformers import AutoConfig
+
+        with torch.device(device):  # an 8B shape built on the host first took 4 minutes
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=dtype,
+                                                     attn_implementation="sdpa")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation="sdpa")
+    model = model.to(device)
+    model.eval()
+    return LoadedModel(torch, tokenizer, model, device, threads, attention)
+
+
 class HFEngine:
     """Static-batch transformers generate() behind the async Engine protocol."""
 
@@ -74,6 +116,7 @@ class HFEngine:
         self._samples = SampleBuffer()
         self._abort_epoch = 0  # abort_all() bumps it: batches started before then stop
         self._thread: threading.Thread | None = None
+        self._fault: str | None = None  # the last batch's failure since reset, in words
         self._loop: asyncio.AbstractEventLoop | None = None
         self.info: EngineInfo | None = None
 
@@ -86,32 +129,9 @@ class HFEngine:
         return self.info
 
     def _load(self) -> EngineInfo:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        device = self.config.resolved_device()
-        threads = self.config.hf_threads or default_hf_threads()
-        if device == "cpu":
-            torch.set_num_threads(threads)
-            attention = f"sdpa (CPU, {threads} threads)"
-        else:
-            torch.backends.cuda.enable_cudnn_sdp(self.config.hf_cudnn_sdp)
-            attention = "sdpa, cuDNN on (PyTorch default)" if self.config.hf_cudnn_sdp else (
-                "sdpa, cuDNN off (fair setting)"
-            )
-        torch.manual_seed(self.config.seed)
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        dtype = getattr(torch, self.config.dtype)
-        if self.config.load_format == "dummy":  # random weights of the model's shape
-            from transformers import AutoConfig
-
-            model_config = AutoConfig.from_pretrained(self.model_path)
-            self.model = AutoModelForCausalLM.from_config(model_config, dtype=dtype, attn_implementation="sdpa")
-        else:
-            self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, attn_implementation="sdpa")
-        self.model = self.model.to(device)
-        self.model.eval()
+        loaded = load_model(self.config, self.model_path)
+        self.torch, self.tokenizer, self.model = loaded.torch, loaded.tokenizer, loaded.model
+        device, threads, attention = loaded.device, loaded.threads, loaded.attention
         self.device = device
         per_token = kv_bytes_per_token(self.model.config, self.config.dtype)
         eos = self.model.generation_config.eos_token_id
@@ -145,7 +165,14 @@ class HFEngine:
         self.model = None
 
     async def reset(self) -> None:
-        """Nothing is cached across requests: each static batch starts from an empty cache."""
+        """Nothing is cached across requests (each static batch starts from an empty cache); forget a failure."""
+        self._fault = None
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def fault(self) -> str | None:
+        return self._fault if self.alive() else "HF's worker thread is not running"
 
     async def abort_all(self) -> None:
         self._abort_epoch += 1
@@ -211,10 +238,13 @@ class HFEngine:
                 self._run_batch(slots)
             except Exception as exc:
                 log.exception("HF batch failed")
+                from lab.memory import failure_words
+
+                self._fault = failure_words("HF", exc, self.config.resolved_device(), len(slots))
                 for slot in slots:
                     if not slot.done:
                         slot.done = True
-                        self._push(slot, RequestRejected(f"HF generate() failed: {exc}"))
+                        self._push(slot, RequestRejected(self._fault))
                 self._sample(None)
 
     def _gather(self, first: _Slot) -> list[_Slot] | None:

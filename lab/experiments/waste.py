@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from lab.config import LoadConfig, RunPlan
 from lab.engines.base import kv_bytes_per_token_formula
 from lab.experiments import ended
-from lab.metrics.kv import hf_usage_series, vllm_usage_series, waste_stats
+from lab.metrics.kv import held_series, waste_stats
 
 ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
 
@@ -61,8 +61,8 @@ def fill(session, result) -> None:
     per_token, formula = kv_bytes_per_token_formula(session.model_config, session.config.dtype)
     hf = _level(result.run, "hf")
     vllm = _level(result.run, "vllm")
-    hf_series = hf_usage_series(hf.samples, per_token) if hf else []
-    vllm_series = vllm_usage_series(vllm.samples, vllm.records) if vllm else []
+    hf_series = held_series("hf", hf.samples, hf.records, per_token) if hf else []
+    vllm_series = vllm.kv_held(info["vllm"]) if vllm else []
     result.fields = {
         "hf": {"waste_pct": _pct(waste_stats(hf_series)), "what": "batch x (padded prompt + steps)"},
         "vllm": {"waste_pct": _pct(waste_stats(vllm_series)), "block_size": info["vllm"].kv_block_size,

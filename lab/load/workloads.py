@@ -45,6 +45,14 @@ class Workload:
     output_len: tuple[int, int]
     fixed_prompt: str | None = None
 
+    def brief(self) -> str:
+        """Prompt and output lengths in a few characters, e.g. 'mixed 16-512 → 16-256'."""
+        def span(low: int, high: int) -> str:
+            return str(low) if low == high else f"{low}-{high}"
+
+        prompt = "seed prompt" if self.fixed_prompt else span(*self.prompt_len)
+        return f"{self.name} {prompt} → {span(*self.output_len)}"
+
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w

@@ -12,7 +12,11 @@ all call these functions.
           first send to the last end of the level.
 - total tok/s = (prompt + output tokens of completed requests) / level duration.
 - req/s = completed requests / level duration.
-- ratio = vLLM output tok/s / HF output tok/s at the same user level.
+- ratio = vLLM output tok/s / HF output tok/s at the same user level (and vLLM / HF-CB where transformers'
+          continuous batching ran too). With repeats, each engine's tok/s
+          is its mean over the repeats, and the ratio's spread is the min-max of the per-repeat ratios
+          (repeat k of vLLM over repeat k of HF).
+- spread = n, mean, min and max of one figure over the repeats of a level.
 Percentiles use linear interpolation between closest ranks (numpy's default).
 """
 
@@ -110,18 +114,20 @@ class LevelSummary:
     tpot_s: Distribution
     itl_s: Distribution
     e2e_s: Distribution
+    repeat: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(records: Sequence[RequestRecord], engine: str, users: int) -> LevelSummary:
+def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat: int = 0) -> LevelSummary:
     """Summarize one level's records with the definitions of this module.
 
     Args:
         records: Every record of the level (completed, errored and cancelled).
         engine: Engine name.
         users: User level.
+        repeat: Which repeat of the level (0 for the first).
 
     Returns:
         The level's summary; throughput counts completed requests only.
@@ -145,7 +151,7 @@ def summarize(records: Sequence[RequestRecord], engine: str, users: int) -> Leve
         ttft_s=distribution(v for r in done if (v := ttft_s(r)) is not None),
         tpot_s=distribution(v for r in done if (v := tpot_s(r)) is not None),
         itl_s=distribution(g for r in done for g in itls_s(r)),
-        e2e_s=distribution(v for r in done if (v := e2e_s(r)) is not None),
+        e2e_s=distribution(v for r in done if (v := e2e_s(r)) is not None), repeat=repeat,
     )
 
 
@@ -156,13 +162,70 @@ def improvement_ratio(vllm_tok_s: float | None, hf_tok_s: float | None) -> float
     return vllm_tok_s / hf_tok_s
 
 
-def ratios_by_users(summaries: Iterable[LevelSummary]) -> dict[int, float]:
-    """The improvement ratio at every user level where both engines have a summary."""
-    by_key = {(s.engine, s.users): s.output_tok_s for s in summaries}
-    levels = sorted({users for _, users in by_key})
+@dataclass(frozen=True)
+class Spread:
+    """One figure over the repeats of a level: how many, mean, lowest and highest."""
+
+    n: int
+    mean: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def spread(values: Iterable[float]) -> Spread | None:
+    """n, mean, min and max of the values (None when there are none)."""
+    data = list(values)
+    return Spread(len(data), sum(data) / len(data), min(data), max(data)) if data else None
+
+
+def level_rates(rows: Iterable[dict]) -> dict[tuple[str, int], dict[int, float]]:
+    """Output tok/s by (engine, users), then by repeat, from summary.json ``runs`` rows (or
+    ``LevelSummary.to_dict()``); a row without ``repeat`` is repeat 0."""
+    rates: dict[tuple[str, int], dict[int, float]] = {}
+    for row in rows:
+        rates.setdefault((row["engine"], row["users"]), {})[row.get("repeat", 0)] = row["output_tok_s"]
+    return rates
+
+
+def tok_s_spreads(rows: Iterable[dict]) -> dict[tuple[str, int], Spread]:
+    """The spread of output tok/s over the repeats of every (engine, users) level."""
+    return {key: spread(by_repeat.values()) for key, by_repeat in level_rates(rows).items()}
+
+
+def ratio_spreads(rows: Iterable[dict], base: str = "hf") -> dict[int, Spread]:
+    """The spread of the per-repeat ratio vLLM / ``base`` at every user level where both ran a same repeat."""
+    rates = level_rates(rows)
     result = {}
-    for users in levels:
-        ratio = improvement_ratio(by_key.get(("vllm", users)), by_key.get(("hf", users)))
+    for users in sorted({users for _, users in rates}):
+        vllm, hf = rates.get(("vllm", users), {}), rates.get((base, users), {})
+        pairs = [improvement_ratio(vllm[k], hf[k]) for k in sorted(vllm.keys() & hf.keys())]
+        if found := spread(r for r in pairs if r is not None):
+            result[users] = found
+    return result
+
+
+TRUSTED_REQUESTS = 10  # finished requests per engine and level below which a level's tok/s is called noisy
+
+
+def thin_levels(rows: Iterable[dict], least: int = TRUSTED_REQUESTS) -> list[int]:
+    """User levels where some engine finished fewer than ``least`` requests (over all repeats): one slow
+    request moves their tok/s a lot (seen: a 1-user ratio of 1.55x in one run, 1.20x in the next)."""
+    done: dict[tuple[str, int], int] = {}
+    for row in rows:
+        key = (row["engine"], row["users"])
+        done[key] = done.get(key, 0) + row["completed"]
+    return sorted({users for (_, users), count in done.items() if count < least})
+
+
+def ratios_by_users(rows: Iterable[dict], base: str = "hf") -> dict[int, float]:
+    """The improvement ratio (mean vLLM tok/s / mean ``base`` tok/s) at every level where both engines ran."""
+    means = {key: s.mean for key, s in tok_s_spreads(rows).items()}
+    result = {}
+    for users in sorted({users for _, users in means}):
+        ratio = improvement_ratio(means.get(("vllm", users)), means.get((base, users)))
         if ratio is not None:
             result[users] = ratio
     return result

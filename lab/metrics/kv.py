@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from lab.config import PAGED_ENGINES
 from lab.engines.base import EngineSample
 from lab.load.driver import RequestRecord
 
@@ -110,6 +111,15 @@ def hf_usage_series(samples: Sequence[EngineSample], bytes_per_token: int) -> li
     """(time, reserved tokens, real tokens) at every HF sample (bytes / bytes per token)."""
     return [(s.time_s, s.kv_reserved_bytes // bytes_per_token, s.kv_real_bytes // bytes_per_token)
             for s in samples if s.kv_reserved_bytes is not None]
+
+
+def held_series(engine: str, samples: Sequence[EngineSample], records: Sequence[RequestRecord],
+                bytes_per_token: int | None) -> list[tuple]:
+    """(time, held tokens, real tokens, ...) of one engine's level: vLLM's from its blocks
+    (vllm_usage_series), HF's from its bytes (hf_usage_series; none without its bytes per token)."""
+    if engine in PAGED_ENGINES:  # blocks: vLLM's own statistic, or transformers' paged cache's
+        return vllm_usage_series(samples, records)
+    return hf_usage_series(samples, bytes_per_token) if bytes_per_token else []
 
 
 def waste_stats(series: Sequence[tuple]) -> dict:

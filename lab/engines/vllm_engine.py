@@ -1,0 +1,239 @@
+"""vLLM's engine ceiling: the closed-loop users fed straight into its synchronous step loop (``vllm-engine``).
+
+The ``vllm`` engine serves through AsyncLLM, vLLM's async front end, as a server does: each token of each
+request crosses an output handler and an asyncio queue. Here one worker thread drives ``LLMEngine``
+itself, as offline ``LLM.generate`` does: it adds the requests that arrived, calls ``step()``, and hands
+every request the tokens of that step, all stamped with the one time the step returned; a request that
+ends frees its user, whose next request joins at the next step. The gap between the two engines is the
+per-token cost of the async front end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from lab.engines.base import EngineInfo, GenRequest, RequestCancelled, RequestRejected, TokenChunk
+from lab.engines.vllm import VLLMEngine, _sampler_factory, shut_down
+
+log = logging.getLogger(__name__)
+IDLE_WAIT_S = 0.05  # how long the idle loop waits for a request before looking again
+FLUSH_S = 0.02  # tokens cross to the event loop at most this often (stamped per step all the same)
+_END = object()
+
+
+@dataclass
+class StepSlot:
+    """One request in the step loop, with the asyncio queue its tokens go to (in batches: lists)."""
+
+    request: GenRequest
+    out: asyncio.Queue
+    request_id: str = ""
+    pending: list = field(default_factory=list)  # chunks (and the end) not yet handed to the event loop
+
+    def take(self) -> list:
+        taken, self.pending = self.pending, []
+        return taken
+
+
+def _put_all(batch: list) -> None:
+    """On the event loop: one call per flush hands every request its items."""
+    for out, items in batch:
+        out.put_nowait(items)
+
+
+class StepLoop:
+    """The worker's loop over any object with vLLM's LLMEngine methods (add_request, step,
+    has_unfinished_requests, abort_request); tokens go to each slot's queue on ``loop``."""
+
+    def __init__(self, core, loop: asyncio.AbstractEventLoop, params_for):
+        self.core, self.loop, self.params_for = core, loop, params_for
+        self.incoming: queue.Queue = queue.Queue()
+        self.aborts: queue.Queue = queue.Queue()
+        self.slots: dict[str, StepSlot] = {}
+        self.ended: list[StepSlot] = []  # left the loop since the last flush, items still pending
+        self.stopping = False
+        self.wake = threading.Event()
+        self.flushed_s = 0.0
+
+    def submit(self, slot: StepSlot) -> None:
+        """From the event loop: a request for the next step."""
+        self.incoming.put(slot)
+        self.wake.set()
+
+    def cancel(self, request_id: str) -> None:
+        """From the event loop: stop a request at the next step (its blocks are freed)."""
+        self.aborts.put(request_id)
+        self.wake.set()
+
+    def run(self) -> None:
+        """Add what arrived, step, deliver; wait briefly when idle; until stop()."""
+        while not self.stopping:
+            self.admit()
+            if not self.core.has_unfinished_requests():
+                self.wait_for_work()
+                continue
+            outputs = self.core.step()
+            self.deliver(outputs, time.perf_counter())
+            self.flush()
+
+    def wait_for_work(self) -> None:
+        self.wake.wait(IDLE_WAIT_S)
+        self.wake.clear()
+
+    def admit(self) -> None:
+        """Add every request that arrived since the last step, then abort what was cancelled."""
+        while not self.incoming.empty():
+            slot = self.incoming.get()
+            self.slots[slot.request_id] = slot
+            prompt, params = self.params_for(slot.request)
+            try:
+                self.core.add_request(slot.request_id, prompt, params)
+            except Exception as exc:  # noqa: BLE001 - one bad request is that request's error
+                self.end(slot, RequestRejected(f"vLLM rejected the request: {exc}"))
+        while not self.aborts.empty():
+            slot = self.slots.get(self.aborts.get())
+            if slot is not None:
+                self.core.abort_request([slot.request_id])
+                self.end(slot, RequestCancelled("cancelled"))
+        if self.ended:
+            self.flush(force=True)
+
+    def deliver(self, outputs, now: float) -> None:
+        """Every request's tokens of this step, all stamped with the step's end; finished ones end."""
+        for output in outputs:
+            slot = self.slots.get(output.request_id)
+            if slot is None:
+                continue
+            new = tuple(output.outputs[0].token_ids) if output.outputs else ()
+            if new:
+                slot.pending.append(TokenChunk(time_s=now, token_ids=new))
+            if output.finished:
+                self.end(slot, _END)
+
+    def end(self, slot: StepSlot, last) -> None:
+        """The slot leaves the loop; ``last`` (the end, or why it stopped) follows its tokens."""
+        slot.pending.append(last)
+        self.slots.pop(slot.request_id, None)
+        self.ended.append(slot)
+
+    def flush(self, force: bool = False) -> None:
+        """Hand the pending items over in one event-loop call: at once when a request ended (its user sends
+        the next one), else at most every FLUSH_S (one wake-up per request per flush, not per step)."""
+        now = time.perf_counter()
+        if not (force or self.ended or now - self.flushed_s >= FLUSH_S):
+            return
+        batch = [(slot.out, slot.take()) for slot in [*self.slots.values(), *self.ended] if slot.pending]
+        self.ended, self.flushed_s = [], now
+        if batch:
+            self.loop.call_soon_threadsafe(_put_all, batch)
+
+    def fail_all(self, error: Exception) -> None:
+        """The loop died: every request in flight gets the error."""
+        for slot in list(self.slots.values()):
+            self.end(slot, RequestRejected(str(error)))
+        self.flush(force=True)
+
+
+class VLLMStepEngine(VLLMEngine):
+    """vLLM's LLMEngine driven step by step from one thread: the engine's own ceiling, no async front end."""
+
+    name = "vllm-engine"
+
+    def __init__(self, config, model_path: str):
+        super().__init__(config, model_path)
+        self._steps: StepLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._failure: str | None = None
+
+    async def start(self) -> EngineInfo:
+        kwargs, attention = self._prepare()
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        self._engine = await asyncio.to_thread(LLMEngine.from_engine_args, EngineArgs(**kwargs),
+                                               stat_loggers=[_sampler_factory(self)])
+        self.info = await asyncio.to_thread(self._describe, kwargs, attention)
+        self.info.args["batching"] = "continuous (PagedAttention), LLMEngine.step() loop: no async front end"
+        self._steps = StepLoop(self._engine, asyncio.get_running_loop(), self._params)
+        self._thread = threading.Thread(target=self._serve, name="vllm-step-loop", daemon=True)
+        self._thread.start()
+        return self.info
+
+    def _serve(self) -> None:
+        try:
+            self._steps.run()
+        except Exception as exc:
+            log.exception("vLLM's step loop failed")
+            self._failure = f"vLLM's step loop failed: {type(exc).__name__}: {exc}"
+            self._steps.fail_all(exc)
+
+    @staticmethod
+    def _params(request: GenRequest) -> tuple:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0,
+                                output_kind=RequestOutputKind.DELTA, detokenize=False)
+        return TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)), params
+
+    async def stop(self) -> None:
+        if self._steps is not None:
+            self._steps.stopping = True
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            shut_down(engine.engine_core)
+
+    async def reset(self) -> None:
+        if self._engine is not None:
+            self._engine.reset_prefix_cache()  # between levels: the loop is idle, nothing is in flight
+
+    def alive(self) -> bool:
+        resources = getattr(getattr(self._engine, "engine_core", None), "resources", None)
+        running = self._thread is not None and self._thread.is_alive()
+        return running and self._failure is None and not getattr(resources, "engine_dead", True)
+
+    def fault(self) -> str | None:
+        if self.alive():
+            return None
+        if self._engine is None:
+            return "vLLM is not started"
+        codes = [p.exitcode for p in self.processes() if p.exitcode is not None]
+        if codes:
+            from lab.engines.vllm import exit_words
+
+            return f"vLLM's engine process exited ({exit_words(codes[0])})"
+        return self._failure or "vLLM's step loop stopped"
+
+    async def abort_all(self) -> None:
+        for request_id in list(self._steps.slots if self._steps else ()):
+            self._steps.cancel(request_id)
+
+    async def stream(self, request: GenRequest):
+        """Hand the request to the step loop and yield its tokens, one chunk per engine step."""
+        problem = self.check(request)
+        if problem:
+            raise RequestRejected(problem)
+        slot = StepSlot(request=request, out=asyncio.Queue(), request_id=f"{request.request_id}-{next(self._ids)}")
+        self._steps.submit(slot)
+        done = False
+        try:
+            while not done:
+                for item in await slot.out.get():
+                    if item is _END:
+                        done = True
+                    elif isinstance(item, BaseException):
+                        done = True
+                        raise item
+                    else:
+                        yield item
+        finally:
+            if not done:  # cancelled by the driver: free its blocks at the next step
+                self._steps.cancel(slot.request_id)

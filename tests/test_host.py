@@ -1,0 +1,64 @@
+"""The app's engine host: engine health, the header line, and when it stops restarting a dead engine.
+
+A host over fake engines (its session stands in for a loaded one); the real kill-and-restart runs in
+tests/test_ui.py.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+
+from lab.config import EngineConfig, LoadConfig, RunPlan
+from lab.engines.fake import FakeEngine
+from lab.host import MAX_DEATHS, LabHost
+
+DIED = "vLLM's engine process exited (signal 9, SIGKILL)"
+
+
+@pytest.fixture
+def host(tmp_path):
+    host = LabHost(EngineConfig(device="cpu"), db_path=tmp_path / "results.sqlite")
+    yield host
+    host.close()
+
+
+def loaded(host: LabHost) -> LabHost:
+    async def stop():
+        pass
+
+    host.session = SimpleNamespace(engines={"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")},
+                                   start_s={"hf": 4.0, "vllm": 27.0}, configs={}, stop=stop)
+    host.status.ready = True
+    return host
+
+
+def test_before_loading_every_engine_is_loading(host):
+    assert {h["state"] for h in host.health().values()} == {"loading"}
+    assert host.status_text().startswith("Loading") and host.dead() == []
+
+
+def test_a_dead_engine_is_named_with_its_reason_and_the_way_back(host):
+    loaded(host)
+    assert host.status_text() == "Engines ready."
+    host.session.engines["vllm"].failure = DIED
+    health = host.health()
+    assert health["vllm"] == {"state": "dead", "reason": DIED, "last_start_s": 27.0}
+    assert health["hf"]["state"] == "alive" and host.dead() == ["vllm"]
+    line = host.status_text()
+    assert f"**vllm dead**: {DIED}" in line and "hf alive" in line and "Restart dead engines" in line
+
+
+def test_after_repeated_deaths_the_host_stops_restarting(host):
+    loaded(host)
+    host.session.engines["vllm"].failure = DIED
+    host.deaths["vllm"] = MAX_DEATHS
+    started, message = host.restart_dead()
+    assert not started and f"died {MAX_DEATHS} times in a row" in message and "restart the app" in message
+    started, message = host.submit(RunPlan(engines=("vllm",), load=LoadConfig(users=(1,))))
+    assert not started and "stops restarting" in message
+    assert "stops restarting" in host.status_text()
+
+
+def test_nothing_to_restart_when_every_engine_is_alive(host):
+    loaded(host)
+    assert host.restart_dead() == (False, "Every engine is alive: nothing to restart.")
