@@ -202,13 +202,14 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     wait_text(page, "#message", "started", 30)
     assert page.input_value("#users textarea") == preset.users
     assert host.result.plan == preset.plan(host.config)
-    run_id = page.inner_text("#message").split()[1]
+    run_id = host.result.run_id  # the demo's run (checked just above); the message line may have moved on
     try:
         wait_text(page, "#progress", f"Run {run_id} done: ", 300)
     except Exception as exc:  # say where the run stood (a run that hung once here must be found)
         result = host.result
         levels = [(lvl.engine, lvl.users, lvl.status, len(lvl.records), len(lvl.in_flight())) for lvl in result.levels]
-        raise AssertionError(f"progress: {page.inner_text('#progress')!r}; run {result.run_id} {result.status} "
+        raise AssertionError(f"progress: {page.inner_text('#progress')!r}; message {page.inner_text('#message')!r}; "
+                             f"run {result.run_id} {result.status} "
                              f"{result.message!r}; levels {levels}; running {host.running()}") from exc
     time.sleep(1.5)  # one more timer tick draws the final figures
     for plot in PLOTS:
