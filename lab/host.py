@@ -154,8 +154,8 @@ class LabHost:
         """Start a run unless something is going (a dead engine of the plan is restarted first, unless it
         died too often); returns (started, message)."""
         with self._lock:
-            reason = self.busy()
-            dead = [name for name in plan.engines if name in self.dead()]
+            reason, dead_now = self.busy(), self.dead()
+            dead = [name for name in plan.engines if name in dead_now]
             reason = reason or self.refuse_restart(dead)
             if reason:
                 return False, reason
@@ -197,9 +197,11 @@ class LabHost:
             out[name] = {"state": state, "reason": reason, "last_start_s": starts.get(name)}
         return out
 
-    def dead(self) -> list[str]:
-        """The engines that died (and are not being restarted)."""
-        return [name for name, h in self.health().items() if h["state"] == EngineHealth.DEAD and self.session]
+    def dead(self, health: dict[str, dict] | None = None) -> list[str]:
+        """The engines that died (and are not being restarted); ``health`` when it was just read."""
+        if self.session is None:  # nothing loaded (or loading failed): nothing to restart
+            return []
+        return [name for name, h in (health or self.health()).items() if h["state"] == EngineHealth.DEAD]
 
     def refuse_restart(self, names: list[str]) -> str | None:
         """Why the lab will not restart these engines again (each died MAX_DEATHS times in a row), else None."""
@@ -254,7 +256,7 @@ class LabHost:
         health = self.health()
         if all(h["state"] == EngineHealth.ALIVE for h in health.values()):
             return "Engines ready."
-        dead = self.dead()
+        dead = self.dead(health)
         refused = self.refuse_restart(dead)
         hint = "" if not dead else f" {refused}" if refused else (
             " Press **Restart dead engines**, or Run (it restarts them first).")

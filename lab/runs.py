@@ -74,14 +74,14 @@ class LevelResult:
             info.kv_total_blocks if info else None,
             info.kv_block_size if info else None,
         )
-        self.kv_series = None
-        self.kv_series = self.kv_held(info)
+        self.kv_series = self._held_now(info)
 
     def kv_held(self, info: EngineInfo | None) -> list[tuple]:
-        """The KV the engine held and the real tokens in it, over time (computed once the level has ended:
+        """The KV the engine held and the real tokens in it, over time (kept once the level has ended:
         redrawing a live page every second must not recompute finished levels)."""
-        if self.kv_series is not None:
-            return self.kv_series
+        return self.kv_series if self.kv_series is not None else self._held_now(info)
+
+    def _held_now(self, info: EngineInfo | None) -> list[tuple]:
         return held_series(self.engine, self.samples, self.records, info.kv_bytes_per_token if info else None)
 
 

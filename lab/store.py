@@ -124,21 +124,23 @@ def run_label(row: dict) -> str:
     return f"{row['started']} · {row['workload']} · users {row['users']} · {row['status']} ({row['run_id']})"
 
 
+def _fetch_one(db_path: str | Path, query: str, key: str, missing: str) -> tuple:
+    """The one row ``query`` finds for ``key``; KeyError naming what is missing when there is none."""
+    with closing(connect(db_path)) as conn:
+        row = conn.execute(query, (key,)).fetchone()
+    if row is None:
+        raise KeyError(f"no stored {missing} {key!r}")
+    return row
+
+
 def load_summary(db_path: str | Path, run_id: str) -> dict:
     """The stored summary.json of one run."""
-    with closing(connect(db_path)) as conn:
-        row = conn.execute("select summary_json from runs where run_id = ?", (run_id,)).fetchone()
-    if row is None:
-        raise KeyError(f"no stored run {run_id!r}")
-    return json.loads(row[0])
+    return json.loads(_fetch_one(db_path, "select summary_json from runs where run_id = ?", run_id, "run")[0])
 
 
 def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[str, Path]:
     """Write one stored run's summary.json and requests.csv into out_dir."""
-    with closing(connect(db_path)) as conn:
-        row = conn.execute("select summary_json, requests_csv from runs where run_id = ?", (run_id,)).fetchone()
-    if row is None:
-        raise KeyError(f"no stored run {run_id!r}")
+    row = _fetch_one(db_path, "select summary_json, requests_csv from runs where run_id = ?", run_id, "run")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(json.loads(row[0]), indent=2))
@@ -168,11 +170,7 @@ def list_sweeps(db_path: str | Path, knob: str | None = None) -> list[dict]:
 
 def load_sweep(db_path: str | Path, sweep_id: str) -> dict:
     """One stored sweep's sweep.json dict."""
-    with closing(connect(db_path)) as conn:
-        row = conn.execute("select result_json from sweeps where sweep_id = ?", (sweep_id,)).fetchone()
-    if row is None:
-        raise KeyError(f"no stored sweep {sweep_id!r}")
-    return json.loads(row[0])
+    return json.loads(_fetch_one(db_path, "select result_json from sweeps where sweep_id = ?", sweep_id, "sweep")[0])
 
 
 def _save_result(db_path: str | Path, table: str, result_id: str, kind: str, result) -> None:

@@ -141,10 +141,14 @@ class VLLMEngine:
     def fault(self) -> str | None:
         if self._engine is None:
             return "vLLM is not started"
-        if not self._engine.errored:
+        if self.alive():
             return None
         codes = [p.exitcode for p in self.processes() if p.exitcode is not None]
-        return f"vLLM's engine process exited ({exit_words(codes[0])})" if codes else "vLLM's engine stopped"
+        return f"vLLM's engine process exited ({exit_words(codes[0])})" if codes else self._stop_reason()
+
+    def _stop_reason(self) -> str:
+        """Why it stopped when its engine process has not exited."""
+        return "vLLM's engine stopped"
 
     def processes(self) -> list:
         """vLLM's engine-core processes (multiprocessing handles; their workers are their children)."""

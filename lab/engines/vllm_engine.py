@@ -200,16 +200,7 @@ class VLLMStepEngine(VLLMEngine):
         running = self._thread is not None and self._thread.is_alive()
         return running and self._failure is None and not getattr(resources, "engine_dead", True)
 
-    def fault(self) -> str | None:
-        if self.alive():
-            return None
-        if self._engine is None:
-            return "vLLM is not started"
-        codes = [p.exitcode for p in self.processes() if p.exitcode is not None]
-        if codes:
-            from lab.engines.vllm import exit_words
-
-            return f"vLLM's engine process exited ({exit_words(codes[0])})"
+    def _stop_reason(self) -> str:
         return self._failure or "vLLM's step loop stopped"
 
     async def abort_all(self) -> None:
