@@ -33,18 +33,22 @@ import os
 import sys
 
 from lab.config import (
+    API_KEY_ENV,
     DEFAULT_ENGINES,
     MAX_REPEATS,
     MAX_REQUESTS,
     MAX_USERS,
+    SHORT_NAMES,
     EngineConfig,
     LoadConfig,
     RunPlan,
+    parse_endpoint,
+    parse_slo,
     parse_users,
 )
 from lab.experiments import EXPERIMENTS
 from lab.load.workloads import WORKLOADS
-from lab.metrics import ratio_spreads
+from lab.metrics import ratio_pairs, ratio_spreads
 from lab.status import RunStatus
 from lab.sweeps import KNOBS
 
@@ -56,7 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
-    bench.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help="comma list of hf,vllm,hf-cb,vllm-engine")
+    bench.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+                       help="comma list of hf,vllm,hf-cb,vllm-engine; openai (with --base-url) or endpoint names")
+    bench.add_argument("--rate", type=float, default=None,
+                       help="open loop: requests per second, sent on schedule; --users is then the cap in flight")
+    bench.add_argument("--arrival", default="poisson", choices=("poisson", "constant", "gamma"),
+                       help="open loop's arrival process (gamma: set --burstiness)")
+    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma shape: < 1 bursty, 1 Poisson, > 1 even")
+    bench.add_argument("--slo", default="", help="latency targets for goodput, e.g. ttft=0.5,tpot=0.05 (seconds)")
     bench.add_argument("--users", default="1,5,10,20", help="concurrent-user levels, e.g. 1,5,10,20")
     bench.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
     bound = bench.add_mutually_exclusive_group()
@@ -95,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--output-len", type=int, default=None, help="force every output length")
     sweep.add_argument("--out", default=None, help="folder for sweep.json and sweep.csv (default results/sweep-KNOB)")
     add_engine_args(sweep)
+    serve = sub.add_parser("serve", help="serve the model over OpenAI's API (vLLM's or transformers' server)")
+    serve.add_argument("--engine", default="vllm", choices=("vllm", "hf"),
+                       help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
+    serve.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free one)")
+    add_engine_args(serve)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     env.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
@@ -123,6 +139,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         help="vLLM's CPU attention kernel: auto = vec on AMX CPUs in bf16 (AMX gave wrong text)")
     parser.add_argument("--hf-cudnn-sdp", action="store_true",
                         help="keep PyTorch's cuDNN attention for HF (naive CUDA default; slower per shape)")
+    parser.add_argument("--base-url", default=None, metavar="URL",
+                        help="an OpenAI-compatible server to load-test as engine 'openai' (e.g. http://127.0.0.1:8000)")
+    parser.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
+                        help="another server as engine NAME (repeat to compare servers)")
+    parser.add_argument("--served-model-name", default=None, help="the model name the server(s) serve")
+    parser.add_argument("--api-key", default=None, help=f"the servers' API key (default: ${API_KEY_ENV})")
 
 
 def engine_config_from(args: argparse.Namespace) -> EngineConfig:
@@ -133,7 +155,15 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         block_size=args.block_size, max_num_seqs=args.max_num_seqs,
         hf_max_batch_size=args.hf_max_batch_size, hf_cudnn_sdp=args.hf_cudnn_sdp,
         load_format=args.load_format, enforce_eager=args.enforce_eager, cpu_attention=args.cpu_attention,
+        endpoints=endpoints_from(args),
     )
+
+
+def endpoints_from(args: argparse.Namespace) -> tuple:
+    """--base-url and each --endpoint as Endpoints, with the served model name and the API key."""
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    texts = ([args.base_url] if args.base_url else []) + list(args.endpoint)
+    return tuple(parse_endpoint(text, args.served_model_name, key) for text in texts)
 
 
 def plan_from(args: argparse.Namespace) -> RunPlan:
@@ -147,6 +177,7 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
         duration_s=args.duration, output_len=args.output_len, exact_lengths=not args.no_exact,
         warmup_requests=args.warmup, seed=args.seed, repeats=args.repeats,
         max_users=args.max_users, max_requests=args.max_requests,
+        rate=args.rate, arrival=args.arrival, burstiness=args.burstiness, slo=parse_slo(args.slo),
     )
     return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
 
@@ -179,10 +210,18 @@ class ConsoleProgress:
         self.bar.close()
 
 
+def ms(value: float | None) -> str:
+    """Seconds as whole milliseconds, '-' when missing."""
+    return f"{value * 1000:.0f}ms" if value is not None else "-"
+
+
 def format_table(result) -> str:
     """The run as a plain-text table: one row per engine and level, then the ratios."""
-    head = (f"{'engine':<6} {'users':>5} {'rep':>3} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
-            f"{'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}")
+    load = result.plan.load
+    width = max([6] + [len(name) for name in result.plan.engines])
+    head = (f"{'engine':<{width}} {'users':>5} {'rep':>3} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
+            f"{'TPOT p50':>9} {'E2E p90':>8} {'KV peak':>8}" + (f" {'queue p50':>9}" if load.rate else "")
+            + (f" {'goodput':>9}" if load.slo else ""))
     lines = [head, "-" * len(head)]
     for level in result.levels:
         s = level.summary
@@ -190,21 +229,27 @@ def format_table(result) -> str:
             continue
         kv = level.kv.get("peak_usage")
         kv_text = f"{kv:.0%}" if kv is not None else "-"
-
-        def ms(v):
-            return f"{v * 1000:.0f}ms" if v is not None else "-"
-
-        lines.append(f"{s.engine:<6} {s.users:>5} {s.repeat + 1:>3} {s.completed:>5} {s.errors:>4} "
-                     f"{s.output_tok_s:>10.1f} "
-                     f"{ms(s.ttft_s.p50):>9} {ms(s.tpot_s.p50):>9} {ms(s.e2e_s.p90):>8} {kv_text:>8}")
+        line = (f"{s.engine:<{width}} {s.users:>5} {s.repeat + 1:>3} {s.completed:>5} {s.errors:>4} "
+                f"{s.output_tok_s:>10.1f} {ms(s.ttft_s.p50):>9} {ms(s.tpot_s.p50):>9} {ms(s.e2e_s.p90):>8} "
+                f"{kv_text:>8}")
+        if load.rate:
+            line += f" {ms(s.queue_s.p50 if s.queue_s else None):>9}"
+        if load.slo:
+            line += f" {s.goodput_req_s or 0:>5.2f}r/s"
+        lines.append(line)
     rows = [s.to_dict() for s in result.summaries()]
-    for base, label in (("hf", "HF"), ("hf-cb", "HF-CB")):
-        spreads = ratio_spreads(rows, base)
-        for users, ratio in result.ratio(base).items():
+    for top, base in ratio_pairs(result.plan.engines):
+        spreads = ratio_spreads(rows, base, top)
+        for users, ratio in result.ratio(base, top).items():
             found = spreads.get(users)
             between = f" (repeats: {found.low:.2f}-{found.high:.2f}x, n={found.n})" if found and found.n > 1 else ""
-            lines.append(f"vLLM/{label} output tok/s at {users} users: {ratio:.2f}x{between}")
+            lines.append(f"{short_name(top)}/{short_name(base)} output tok/s at {users} users: {ratio:.2f}x{between}")
     return "\n".join(lines)
+
+
+def short_name(engine: str) -> str:
+    """An engine's name in the CLI's ratio lines (the plots' short labels; endpoints keep their names)."""
+    return SHORT_NAMES.get(engine, engine)
 
 
 def say_failure(what: str, exc: Exception) -> None:
@@ -384,6 +429,30 @@ async def sweep(plan, config: EngineConfig, check, out: str) -> int:
     return 0 if result.status == RunStatus.OK else 1
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    """Start a server on the model, print where it answers, keep it up until Ctrl-C or SIGTERM."""
+    import signal
+
+    from lab.model import resolve_model
+    from lab.serve import start_server, stop
+
+    config = engine_config_from(args)
+    if args.engine == "vllm":
+        config.check_block_size()
+    key = args.api_key or (os.environ.get(API_KEY_ENV) if args.engine == "vllm" else None)
+    server = start_server(args.engine, config, resolve_model(config.model), args.port, api_key=key)
+    print(f"serving {args.engine} at {server.url} (model {server.model}); load-test it with:\n"
+          f"  python -m lab bench --engines openai --base-url {server.url} --served-model-name {server.model}",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        return server.process.wait()
+    except (KeyboardInterrupt, SystemExit):
+        return 0
+    finally:
+        stop(server)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
@@ -395,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         print(build_embedded_model())
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
-                "sweep": run_sweep_cli}
+                "sweep": run_sweep_cli, "serve": run_serve}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

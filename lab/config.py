@@ -8,18 +8,62 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 
 ENGINE_NAMES = ("hf", "vllm", "hf-cb", "vllm-engine")  # every engine the lab knows
 DEFAULT_ENGINES = ("hf", "vllm")  # what loads unless --engines says otherwise (hf-cb: a third model copy)
 PAGED_ENGINES = ("vllm", "hf-cb", "vllm-engine")  # engines whose KV lives in blocks (usage = 1 - free / total)
 VLLM_ENGINES = ("vllm", "vllm-engine")  # vLLM served (AsyncLLM) and vLLM's own step loop: each its own pool
+SHORT_NAMES = {"hf": "HF", "vllm": "vLLM", "hf-cb": "HF-CB", "vllm-engine": "vLLM-engine"}  # in ratios and legends
+ENDPOINT_ENGINE = "openai"  # an OpenAI-compatible server (lab.engines.openai); more endpoints get their own names
+API_KEY_ENV = "OPENAI_API_KEY"  # where --api-key is read from when not given (never logged or stored)
 CPU_ATTENTION = ("auto", "amx", "vec")
 CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
 MAX_USERS = 256  # concurrent users per level: vLLM's own default max_num_seqs; beyond it requests only queue
 MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
+MAX_RATE = 10_000.0  # requests per second an open-loop level may ask for
+SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metrics defines each)
 MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server load-tested as an engine.
+
+    Attributes:
+        base_url: Where it answers, e.g. http://127.0.0.1:8000 (its /v1/completions and /metrics).
+        name: The engine name its results carry ("openai"; give two endpoints two names to compare them).
+        model: The served model's name; None: the first one its /v1/models lists.
+        api_key: Sent as a bearer token; kept out of repr, logs and stored results.
+        timeout_s: Longest wait for one whole request.
+    """
+
+    base_url: str
+    name: str = ENDPOINT_ENGINE
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint URL {self.base_url!r} must start with http:// or https://")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", self.name) or self.name in ENGINE_NAMES:
+            raise ValueError(f"endpoint name {self.name!r}: use up to 32 lower-case letters, digits, '-', '_' or "
+                             f"'.', other than the in-process engines ({', '.join(ENGINE_NAMES)})")
+        if self.timeout_s <= 0:
+            raise ValueError(f"endpoint timeout must be positive, not {self.timeout_s}")
+
+    def public(self) -> dict:
+        """What results may store about it (never the key)."""
+        return {"name": self.name, "base_url": self.base_url, "model": self.model}
+
+
+def parse_endpoint(text: str, model: str | None = None, api_key: str | None = None) -> Endpoint:
+    """'URL' or 'NAME=URL' (the --endpoint / --base-url form) as an Endpoint."""
+    name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
+    return Endpoint(base_url=url.strip(), name=name.strip() or ENDPOINT_ENGINE, model=model, api_key=api_key)
 
 
 @dataclass(frozen=True)
@@ -57,6 +101,8 @@ class EngineConfig:
         load_format: "auto" loads the weights; "dummy" gives both engines random weights of the same
             shape (speed and memory are measured faithfully, the text is noise) for a model folder
             that holds only config and tokenizer files.
+        endpoints: OpenAI-compatible servers that run as engines beside the in-process ones (their names
+            join ENGINE_NAMES in a plan). The model above gives the tokenizer the lab builds requests with.
     """
 
     model: str | None = None
@@ -76,8 +122,12 @@ class EngineConfig:
     enforce_eager: bool | None = None
     cpu_attention: str = "auto"
     num_kv_blocks: int | None = None
+    endpoints: tuple[Endpoint, ...] = ()
 
     def __post_init__(self) -> None:
+        names = [e.name for e in self.endpoints]
+        if len(set(names)) != len(names):
+            raise ValueError(f"endpoints: give each a different name (NAME=URL), got {names}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be at least 1, not {self.num_kv_blocks}")
         if self.cpu_attention not in CPU_ATTENTION:
@@ -137,6 +187,14 @@ class EngineConfig:
             raise ValueError(f"block_size={self.block_size}: on CUDA the lab runs vLLM with blocks of "
                              f"{' or '.join(map(str, CUDA_BLOCK_SIZES))} tokens (what its attention backends share)")
 
+    def engine_names(self) -> tuple[str, ...]:
+        """Every engine this config can run: the in-process ones and its endpoints."""
+        return ENGINE_NAMES + tuple(e.name for e in self.endpoints)
+
+    def endpoint(self, name: str) -> Endpoint | None:
+        """The endpoint called ``name``, if any."""
+        return next((e for e in self.endpoints if e.name == name), None)
+
     def with_overrides(self, **changes) -> EngineConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
@@ -161,6 +219,12 @@ class LoadConfig:
         seed: Seed of the workload's length and prompt sampling.
         max_users: The most concurrent users a level may have (``lab bench --max-users`` raises it).
         max_requests: The most measured requests a level may send (``lab bench --max-requests`` raises it).
+        rate: Open loop: requests per second, sent on schedule whatever the engine's speed; each user
+            level is then the cap on requests in flight. None: closed-loop users.
+        arrival: Open loop's arrival process: poisson (vllm bench serve's default), constant or gamma.
+        burstiness: The gamma process's shape (< 1 burstier than Poisson, > 1 more even).
+        slo: Latency targets, e.g. (("ttft", 0.5), ("tpot", 0.05)): goodput counts the requests that meet
+            all of them, per second.
     """
 
     users: tuple[int, ...] = DEFAULT_USERS
@@ -174,10 +238,15 @@ class LoadConfig:
     seed: int = 0
     max_users: int = MAX_USERS
     max_requests: int = MAX_REQUESTS
+    rate: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    slo: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         from lab.load.workloads import WORKLOADS
 
+        self.check_open_loop()
         if not self.users:
             raise ValueError("users: give at least one user level, e.g. 1,5,10,20")
         bad = [u for u in self.users if not isinstance(u, int) or u < 1]
@@ -198,6 +267,22 @@ class LoadConfig:
             raise ValueError("warmup_requests must be >= 0")
         if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
+
+    def check_open_loop(self) -> None:
+        """Rate, arrival process, burstiness and SLO names and limits."""
+        from lab.load.arrivals import ARRIVALS
+
+        if self.rate is not None and not 0 < self.rate <= MAX_RATE:
+            raise ValueError(f"rate must be above 0 and at most {MAX_RATE} requests per second, not {self.rate}")
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"arrival must be one of {', '.join(ARRIVALS)}, not {self.arrival!r}")
+        if self.burstiness <= 0:
+            raise ValueError(f"burstiness must be positive, not {self.burstiness}")
+        for name, limit in self.slo:
+            if name not in SLO_METRICS:
+                raise ValueError(f"slo: unknown metric {name!r}; use {', '.join(SLO_METRICS)} (seconds)")
+            if limit <= 0:
+                raise ValueError(f"slo: {name} must be a positive number of seconds, not {limit}")
 
     def check_bounds(self) -> None:
         """The work a level may ask for: at most max_users users and max_requests requests."""
@@ -220,11 +305,13 @@ class RunPlan:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
+        known = self.engine.engine_names()
         if not self.engines:
-            raise ValueError(f"engines: choose at least one of {', '.join(ENGINE_NAMES)}")
-        unknown = [e for e in self.engines if e not in ENGINE_NAMES]
+            raise ValueError(f"engines: choose at least one of {', '.join(known)}")
+        unknown = [e for e in self.engines if e not in known]
         if unknown:
-            raise ValueError(f"unknown engine {unknown[0]!r}; choose from {', '.join(ENGINE_NAMES)}")
+            hint = " (an endpoint needs --base-url URL or --endpoint NAME=URL)" if unknown[0] == ENDPOINT_ENGINE else ""
+            raise ValueError(f"unknown engine {unknown[0]!r}; choose from {', '.join(known)}{hint}")
         if len(set(self.engines)) != len(self.engines):
             raise ValueError(f"engines: each engine once, got {list(self.engines)}")
         self.check_lengths()
@@ -269,6 +356,24 @@ def parse_users(text: str) -> tuple[int, ...]:
     if bad:
         raise ValueError(f"users: every level must be >= 1, got {bad}")
     return tuple(levels)
+
+
+def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
+    """Parse 'ttft=0.5,tpot=0.05' into (("ttft", 0.5), ("tpot", 0.05)); '' gives ().
+
+    Raises:
+        ValueError: a part without '=', or a limit that is not a number.
+    """
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"slo: {part!r} is not NAME=SECONDS (e.g. ttft=0.5,tpot=0.05)")
+        try:
+            pairs.append((name.strip().lower(), float(value)))
+        except ValueError:
+            raise ValueError(f"slo: {value!r} is not a number of seconds") from None
+    return tuple(pairs)
 
 
 def has_nvidia_gpu() -> bool:

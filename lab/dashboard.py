@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab.config import VLLM_ENGINES, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import VLLM_ENGINES, EngineConfig, LoadConfig, RunPlan, parse_slo, parse_users
 from lab.environment import GIB
 from lab.plots import (
     kv_tokens_figure,
@@ -27,8 +27,8 @@ BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
 
 
 def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text: str, workload: str,
-                     output_len: float | None, bound: str, amount: float | None, repeats: float | None = 1
-                     ) -> RunPlan:
+                     output_len: float | None, bound: str, amount: float | None, repeats: float | None = 1,
+                     rate: float | None = 0, slo: str = "") -> RunPlan:
     """A validated RunPlan from the Load-test form.
 
     Args:
@@ -40,6 +40,8 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         bound: BOUND_REQUESTS or BOUND_SECONDS.
         amount: Requests per user, or seconds per level.
         repeats: Times each level runs per engine (for the spread).
+        rate: Open loop's requests per second (users cap what is in flight); 0 or empty: closed loop.
+        slo: Latency targets for goodput, e.g. 'ttft=0.5,tpot=0.05'.
 
     Returns:
         The plan.
@@ -59,6 +61,7 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         users=users, workload=workload, output_len=out, repeats=int(repeats),
         requests_per_user=int(amount) if bound == BOUND_REQUESTS else None,
         duration_s=float(amount) if bound == BOUND_SECONDS else None,
+        rate=float(rate) if rate else None, slo=parse_slo(slo or ""),
     )
     return RunPlan(engines=tuple(engines or ()), load=load, engine=config)
 

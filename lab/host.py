@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import EngineConfig, RunPlan
+from lab.config import Endpoint, EngineConfig, RunPlan
 from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
@@ -222,6 +222,33 @@ class LabHost:
             self._start(self._restart(dead))
         self.bump()
         return True, f"Restarting {', '.join(dead)}: {self.start_words(dead)}."
+
+    def connect_endpoint(self, endpoint: Endpoint, timeout_s: float = 60.0) -> tuple[bool, str]:
+        """Check a server and add it as an engine beside the loaded ones (an endpoint of the same name is
+        replaced); returns (connected, message)."""
+        from lab.engines.openai import probe
+
+        with self._lock:
+            reason = self.busy()
+            if reason:
+                return False, reason
+            try:
+                probe(endpoint)
+            except ValueError as exc:
+                return False, str(exc)
+            kept = tuple(e for e in self.config.endpoints if e.name != endpoint.name)
+            config = self.config.with_overrides(endpoints=kept + (endpoint,))
+            future = asyncio.run_coroutine_threadsafe(self.session.restart_engine(endpoint.name, config), self._loop)
+            try:
+                info = future.result(timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a server that answers the probe but not a request
+                return False, f"{endpoint.name}: {type(exc).__name__}: {exc}"
+            self.config = config
+            self.engine_names += () if endpoint.name in self.engine_names else (endpoint.name,)
+        self.bump()
+        args = info.args
+        return True, (f"Connected **{endpoint.name}**: {args['served_model']} at {endpoint.base_url} "
+                      f"({args['dialect']} prompts, {'with' if args['metrics'] else 'no'} /metrics).")
 
     def start_words(self, names: list[str]) -> str:
         """How long these engines' last starts took, for the page while they restart."""

@@ -12,14 +12,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.metrics import TRUSTED_REQUESTS, Spread, ratio_spreads, thin_levels, throughput_series, tok_s_spreads
+from lab.config import SHORT_NAMES
+from lab.metrics import (
+    TRUSTED_REQUESTS,
+    Spread,
+    ratio_from_key,
+    ratio_spreads,
+    thin_levels,
+    throughput_series,
+    tok_s_spreads,
+)
 from lab.metrics.kv import used_blocks
 from lab.runs import RunResult
 
 ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, continuous)",
                  "hf-cb": "HF continuous batching (paged)", "vllm-engine": "vLLM engine loop (no async front end)"}
 # where a legend names several lines per engine
-SHORT_LABELS = {"hf": "HF", "vllm": "vLLM", "hf-cb": "HF-CB", "vllm-engine": "vLLM-engine"}
+SHORT_LABELS = SHORT_NAMES
 ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb", "hf-cb": "#f3a712", "vllm-engine": "#0b6e69"}
 FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
                   "(the served engine streams every token through it)")
@@ -30,6 +39,10 @@ LATENCY_COLUMNS = ["engine", "users", "repeat", "status", "done", "errors", "out
     f"{metric} {q}" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]  # in ms (the table's title)
 MIB = 1024**2
 MAX_POINTS = 600  # per live line: a GPU makes thousands of engine steps a minute, and the page redraws each second
+
+
+def _short(engine: str) -> str:
+    return SHORT_LABELS.get(engine, engine)
 
 
 def _label(engine: str) -> str:
@@ -130,9 +143,10 @@ def ratio_bars(summary: dict) -> go.Figure:
     ratios, and a star on levels with too few requests to trust."""
     thin, tops, shown = set(thin_levels(summary["runs"])), [1.0], set()
     fig = go.Figure()
-    for base, ratio in (summary.get("ratios") or {"hf": summary.get("ratio", {})}).items():
-        spreads, users = ratio_spreads(summary["runs"], base), sorted(ratio, key=int)
-        fig.add_trace(go.Bar(x=users, y=[ratio[u] for u in users], name=f"vLLM / {SHORT_LABELS.get(base, base)}",
+    for key, ratio in (summary.get("ratios") or {"hf": summary.get("ratio", {})}).items():
+        top, base = ratio_from_key(key)
+        spreads, users = ratio_spreads(summary["runs"], base, top), sorted(ratio, key=int)
+        fig.add_trace(go.Bar(x=users, y=[ratio[u] for u in users], name=f"{_short(top)} / {_short(base)}",
                              error_y=_error_bars([spreads[int(u)] for u in users]) if users else None,
                              text=[f"{ratio[u]:.2f}x" + ("*" if int(u) in thin else "") for u in users],
                              textposition="outside", marker_color=RATIO_COLORS.get(base)))
@@ -140,7 +154,9 @@ def ratio_bars(summary: dict) -> go.Figure:
         shown |= {int(u) for u in users}
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(barmode="group")
-    title = "Improvement ratio vLLM / HF (output tok/s)"
+    pairs = [ratio_from_key(key) for key in summary.get("ratios") or {"hf": 0}]
+    top = pairs[0][0] if pairs else "vllm"
+    title = f"Improvement ratio {_short(top)} / {' and '.join(_short(b) for _, b in pairs) or 'HF'} (output tok/s)"
     if thin & shown:
         title += f"<br><sup>* under {TRUSTED_REQUESTS} requests per engine: noisy; raise requests or repeats</sup>"
     _headroom(fig, tops)

@@ -22,11 +22,15 @@ from typing import Protocol
 
 from lab.config import VLLM_ENGINES, RunPlan
 from lab.engines.base import Engine, EngineFault, EngineInfo, EngineSample, GenRequest
-from lab.load.driver import RequestRecord, run_users
+from lab.load.arrivals import schedule_s
+from lab.load.driver import RequestRecord, run_open, run_users
 from lab.load.workloads import make_requests
 from lab.metrics import (
     LevelSummary,
     e2e_s,
+    queue_s,
+    ratio_key,
+    ratio_pairs,
     ratio_spreads,
     ratios_by_users,
     summarize,
@@ -39,7 +43,6 @@ from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
 
-RATIO_BASES = ("hf", "hf-cb")  # vLLM's speed is divided by each of these that ran
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
 RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
 
@@ -60,6 +63,7 @@ class LevelResult:
     kv: dict = field(default_factory=dict)
     sent: list[RequestRecord] = field(default_factory=list)  # every request sent, filling in live
     kv_series: list[tuple] | None = None  # lab.metrics.kv.held_series, kept once the level has ended
+    slo: tuple = ()  # the plan's latency targets (goodput)
 
     def in_flight(self) -> list[RequestRecord]:
         """Requests sent and not yet ended (their records grow as tokens arrive)."""
@@ -68,7 +72,7 @@ class LevelResult:
     def finish(self, info: EngineInfo | None, status: RunStatus, error: str = "") -> None:
         """Close the level: compute its summary and KV figures."""
         self.status, self.error = status, error
-        self.summary = summarize(self.records, self.engine, self.users, self.repeat)
+        self.summary = summarize(self.records, self.engine, self.users, self.repeat, self.slo)
         self.kv = kv_summary(
             self.samples,
             info.kv_total_blocks if info else None,
@@ -108,9 +112,9 @@ class RunResult:
         """Summaries of the finished levels."""
         return [lvl.summary for lvl in self.levels if lvl.summary is not None]
 
-    def ratio(self, base: str = "hf") -> dict[int, float]:
-        """vLLM / ``base`` output tok/s per user level measured so far."""
-        return ratios_by_users([s.to_dict() for s in self.summaries()], base)
+    def ratio(self, base: str = "hf", top: str = "vllm") -> dict[int, float]:
+        """``top`` / ``base`` output tok/s per user level measured so far."""
+        return ratios_by_users([s.to_dict() for s in self.summaries()], base, top)
 
     def current(self) -> LevelResult | None:
         """The level running now, if any."""
@@ -240,7 +244,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
     """Run one engine at one user level, appending its LevelResult to ``result`` as it goes."""
     load = plan.load
     planned = users * load.requests_per_user if load.requests_per_user is not None else None
-    level = LevelResult(engine=engine.name, users=users, planned=planned, repeat=repeat)
+    level = LevelResult(engine=engine.name, users=users, planned=planned, repeat=repeat, slo=load.slo)
     result.levels.append(level)
     result.message = f"{engine.name} at {users} user{'s' if users > 1 else ''}" + (
         f" (repeat {repeat + 1} of {load.repeats})" if load.repeats > 1 else "")
@@ -254,8 +258,14 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         level.samples.extend(engine.drain_samples())
         _notify(observers, "on_update", result)
 
-    driver = asyncio.ensure_future(run_users(engine, level_requests(tokenizer, plan, users, repeat), users,
-                                             load.duration_s, on_record, level.sent.append))
+    requests = level_requests(tokenizer, plan, users, repeat)
+    if load.rate is None:
+        driver = asyncio.ensure_future(run_users(engine, requests, users, load.duration_s, on_record,
+                                                 level.sent.append))
+    else:
+        times = schedule_s(load.rate, load.arrival, load.burstiness, level_seed(load, users) + repeat)
+        driver = asyncio.ensure_future(run_open(engine, requests, times, users, load.duration_s, on_record,
+                                                level.sent.append))
     watcher = asyncio.ensure_future(_watch(engine, level, observers, result, driver))
     try:
         await driver
@@ -298,7 +308,7 @@ def summary_dict(result: RunResult) -> dict:
     """The run as summary.json holds it."""
     runs = []
     for level in result.levels:
-        s = level.summary or summarize(level.records, level.engine, level.users, level.repeat)
+        s = level.summary or summarize(level.records, level.engine, level.users, level.repeat, level.slo)
         entry = {
             "engine": level.engine, "users": level.users, "repeat": level.repeat, "status": level.status,
             "error": level.error,
@@ -308,6 +318,10 @@ def summary_dict(result: RunResult) -> dict:
             "ttft_s": s.ttft_s.to_dict(), "tpot_s": s.tpot_s.to_dict(), "itl_s": s.itl_s.to_dict(),
             "e2e_s": s.e2e_s.to_dict(),
         }
+        if s.queue_s is not None:
+            entry["queue_s"], entry["ttft_scheduled_s"] = s.queue_s.to_dict(), s.ttft_scheduled_s.to_dict()
+        if s.goodput_req_s is not None:
+            entry["goodput_req_s"], entry["slo_met"] = s.goodput_req_s, s.slo_met
         if level.kv:
             entry["kv"] = level.kv
         runs.append(entry)
@@ -321,31 +335,37 @@ def summary_dict(result: RunResult) -> dict:
             "requests_per_user": plan.load.requests_per_user, "duration_s": plan.load.duration_s,
             "output_len": plan.load.output_len, "exact_lengths": plan.load.exact_lengths,
             "warmup_requests": plan.load.warmup_requests, "seed": plan.load.seed, "repeats": plan.load.repeats,
+            "rate": plan.load.rate, "arrival": plan.load.arrival, "burstiness": plan.load.burstiness,
+            "slo": dict(plan.load.slo),
         },
+        "endpoints": [e.public() for e in plan.engine.endpoints if e.name in plan.engines],
         "engine_args": {name: info.args for name, info in result.engine_info.items()},
         "agreement": result.agreement,
         "runs": runs,
         "ratio": {str(users): value for users, value in result.ratio().items()},
-        "ratios": {base: {str(users): value for users, value in result.ratio(base).items()}
-                   for base in RATIO_BASES if base in plan.engines and "vllm" in plan.engines},
-        "spread": spread_dict(runs),
+        "ratios": {ratio_key(top, base): {str(users): value for users, value in result.ratio(base, top).items()}
+                   for top, base in ratio_pairs(plan.engines)},
+        "spread": spread_dict(runs, ratio_pairs(plan.engines)),
     }
 
 
-def spread_dict(runs: list[dict]) -> dict:
-    """summary.json's ``spread``: per engine and per user level, output tok/s over the repeats, and the ratio's."""
+def spread_dict(runs: list[dict], pairs: list[tuple[str, str]]) -> dict:
+    """summary.json's ``spread``: per engine and per user level, output tok/s over the repeats, and each
+    ratio's (``ratio`` for vLLM / HF, ``ratio_hf_cb`` for vLLM / HF-CB, ``ratio_TOP/BASE`` for the others)."""
     spreads: dict[str, dict] = {}
     for (engine, users), found in tok_s_spreads(runs).items():
         spreads.setdefault(engine, {})[str(users)] = found.to_dict()
     spreads["ratio"] = {str(users): found.to_dict() for users, found in ratio_spreads(runs).items()}
-    if any(run["engine"] == "hf-cb" for run in runs):
-        spreads["ratio_hf_cb"] = {str(u): found.to_dict() for u, found in ratio_spreads(runs, "hf-cb").items()}
+    for top, base in pairs:
+        if (top, base) != ("vllm", "hf"):
+            key = "ratio_" + ratio_key(top, base).replace("-", "_")
+            spreads[key] = {str(u): found.to_dict() for u, found in ratio_spreads(runs, base, top).items()}
     return spreads
 
 
 REQUEST_COLUMNS = ("engine", "users", "user_id", "request_id", "status", "error", "prompt_tokens",
                    "max_tokens", "output_tokens", "send_s", "first_token_s", "end_s", "ttft_s",
-                   "tpot_s", "e2e_s")
+                   "tpot_s", "e2e_s", "scheduled_s", "queue_s")
 
 
 def request_rows(result: RunResult) -> list[dict]:
@@ -361,7 +381,7 @@ def request_rows(result: RunResult) -> list[dict]:
                 "status": r.status, "error": r.error, "prompt_tokens": r.prompt_tokens,
                 "max_tokens": r.max_tokens, "output_tokens": r.output_tokens, "send_s": rel(r.send_s),
                 "first_token_s": rel(r.first_token_s), "end_s": rel(r.end_s), "ttft_s": ttft_s(r),
-                "tpot_s": tpot_s(r), "e2e_s": e2e_s(r),
+                "tpot_s": tpot_s(r), "e2e_s": e2e_s(r), "scheduled_s": rel(r.scheduled_s), "queue_s": queue_s(r),
             })
     return rows
 

@@ -35,6 +35,7 @@ from lab.model import model_label, resolve_model, weights_bytes
 from lab.runs import Observer, RunResult, execute
 
 log = logging.getLogger(__name__)
+TEXT_NOTE = "the server streams text, not token ids: its tokens cannot be compared"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
     device = config.resolved_device()
     if any(name in VLLM_ENGINES for name in engines):
         config.check_block_size()
+    for endpoint in (config.endpoint(name) for name in engines):
+        if endpoint is not None:
+            from lab.engines.openai import probe
+
+            probe(endpoint)
     info = read_device(device)
     info = dataclasses.replace(info, free_bytes=info.free_bytes + held_bytes) if held_bytes else info
     plan = plan_memory(config, info, tuple(engines), weights_bytes(model_path),
@@ -133,11 +139,12 @@ class LabSession:
         wrong for three at once, and for one on a 2-core machine). With dummy weights the text is noise:
         the check is skipped and says so.
         """
-        names = list(self.engines)
-        reference = "hf" if "hf" in names else names[0]
+        names = [n for n in self.engines if getattr(self.engines[n], "compares_tokens", True)]
+        reference = "hf" if "hf" in names else (names or list(self.engines))[0]
         others = [n for n in names if n != reference]
-        if self.config.load_format == "dummy":
-            self.agreement = AgreementReport([skipped(reference, o, DUMMY_NOTE) for o in others])
+        blind = [skipped(reference, n, TEXT_NOTE) for n in self.engines if n not in names]
+        if self.config.load_format == "dummy" or not others:
+            self.agreement = AgreementReport([skipped(reference, o, DUMMY_NOTE) for o in others] + blind)
             return self.agreement
         requests = agreement_requests(self.tokenizer)
         answers = {name: await self._answers(name, requests) for name in names}
@@ -145,7 +152,7 @@ class LabSession:
         pairs = [check_pair(reference, o, answers, engine.decode) for o in others]
         if hasattr(engine, "logprob_gap"):  # HF can tell a near-tie from a different computation
             pairs = [self._measure_ties(pair, requests, answers) for pair in pairs]
-        self.agreement = AgreementReport(pairs)
+        self.agreement = AgreementReport(pairs + blind)
         return self.agreement
 
     def _measure_ties(self, pair: Agreement, requests: list, answers: dict) -> Agreement:

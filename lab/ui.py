@@ -10,6 +10,7 @@ the environment when the engines become ready.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from lab.config import MAX_REPEATS
+from lab.config import API_KEY_ENV, ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
@@ -48,6 +49,7 @@ PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one secon
              "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
              "are left, so the per-second peaks lie above the bar.*")
 LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82px"] * 9  # wrapped: fits 1280 px
+FORM_FIELDS = 9  # the Load-test form's values, in plan_from_inputs' order
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 
@@ -94,30 +96,43 @@ class Handlers:
         """The running run's settings, for a browser that opens the page while it goes (else unchanged)."""
         result = self.host.result
         if result is None or result.status != RUNNING:
-            return [gr.skip()] * 7
+            return [gr.skip()] * FORM_FIELDS
         load = result.plan.load
         bound, amount = (BOUND_REQUESTS, load.requests_per_user) if load.requests_per_user else (
             BOUND_SECONDS, load.duration_s)
+        slo = ",".join(f"{name}={limit:g}" for name, limit in load.slo)
         return [list(result.plan.engines), ",".join(map(str, load.users)), load.workload, load.output_len or 0,
-                bound, amount, load.repeats]
+                bound, amount, load.repeats, load.rate or 0, slo]
 
     def demo_form(self) -> list:
         """The Workshop demo's form values for this device (the button then presses Run)."""
         preset = workshop_demo(self.host.config)
         return [list(preset.plan(self.host.config).engines), preset.users, preset.workload, preset.output_len,
-                BOUND_REQUESTS, preset.requests_per_user, 1]
+                BOUND_REQUESTS, preset.requests_per_user, 1, 0, ""]
+
+    def connect(self, name: str, url: str, model: str, key: str):
+        """Add an OpenAI-compatible server as an engine; returns the message line and the engine choices."""
+        try:
+            endpoint = Endpoint(base_url=(url or "").strip(), name=(name or "").strip() or ENDPOINT_ENGINE,
+                                model=(model or "").strip() or None, api_key=key or os.environ.get(API_KEY_ENV))
+        except ValueError as exc:
+            return f"**Input error:** {exc}", gr.skip()
+        connected, message = self.host.connect_endpoint(endpoint)
+        if not connected:
+            return f"**Not connected:** {message}", gr.skip()
+        return message, gr.update(choices=list(self.host.engine_names))
 
     def cancel(self) -> str:
         """Cancel the run in progress; returns the message line."""
         return self.host.cancel()
 
     def run_and_wait(self, engines: str, users: str, workload: str, output_len: int, requests_per_user: int,
-                     repeats: int = 1) -> str:
+                     repeats: int = 1, rate: float = 0, slo: str = "") -> str:
         """Start a run, wait for it to end, and return its summary.json (for API clients)."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
             plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
-                                    requests_per_user, repeats)
+                                    requests_per_user, repeats, rate, slo)
         except ValueError as exc:
             return json.dumps({"error": str(exc)})
         started, message = self.host.submit(plan)
@@ -211,6 +226,7 @@ class LoadTab:
     message: gr.Markdown
     live: list  # in Handlers.live's order
     per_level: list  # in Handlers.per_level's order
+    endpoint: list  # name, URL, model, key (Handlers.connect's order) and the Connect button
 
 
 @dataclass
@@ -269,6 +285,7 @@ def _load_tab(host: LabHost) -> LoadTab:
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=300):
                 form = _form(host.engine_names)
+                endpoint = _endpoint_form()
                 estimate = gr.Markdown(elem_id="estimate")
                 with gr.Row():
                     run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
@@ -280,7 +297,7 @@ def _load_tab(host: LabHost) -> LoadTab:
                 over_time = _story_outputs(host)
         live = _detail_outputs(*over_time)
     return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live[:5],
-                   per_level=live[5:])
+                   per_level=live[5:], endpoint=endpoint)
 
 
 def _form(engine_names: tuple[str, ...]) -> list:
@@ -295,7 +312,27 @@ def _form(engine_names: tuple[str, ...]) -> list:
         amount = gr.Number(2, label="Requests per user / seconds", elem_id="amount", min_width=120)
         repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, label="Repeats of each level",
                             elem_id="repeats", min_width=120)
-    return [engines, users, workload, output_len, bound, amount, repeats]
+    with gr.Row():
+        rate = gr.Number(0, minimum=0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
+                         info="Poisson arrivals; users then cap what is in flight")
+        slo = gr.Textbox("", label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
+                         min_width=120)
+    return [engines, users, workload, output_len, bound, amount, repeats, rate, slo]
+
+
+def _endpoint_form() -> list:
+    """Name, URL, served model and key of an OpenAI-compatible server, and the Connect button."""
+    with gr.Accordion("Add an endpoint: an OpenAI-compatible server (vLLM's, transformers', remote)", open=False):
+        with gr.Row():
+            name = gr.Textbox(ENDPOINT_ENGINE, label="Engine name", elem_id="endpoint-name", min_width=100)
+            url = gr.Textbox("", label="Base URL", placeholder="http://127.0.0.1:8000", elem_id="endpoint-url",
+                             min_width=200)
+        with gr.Row():
+            model = gr.Textbox("", label="Served model (empty: its first)", elem_id="endpoint-model", min_width=150)
+            key = gr.Textbox("", label=f"API key (empty: ${API_KEY_ENV})", type="password", elem_id="endpoint-key",
+                             min_width=150)
+        connect = gr.Button("Connect", elem_id="connect", size="sm")
+    return [name, url, model, key, connect]
 
 
 def _story_outputs(host: LabHost) -> tuple:
@@ -372,6 +409,7 @@ def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: E
         handlers.start_run, load.form, [load.message], api_visibility="private").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
+    load.endpoint[-1].click(handlers.connect, load.endpoint[:-1], [load.message, load.form[0]], api_name="connect")
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
     env.refresh.click(handlers.environment, None, env.shown, api_name="environment")

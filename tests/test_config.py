@@ -189,3 +189,37 @@ def test_an_engine_process_exit_in_words():
     from lab.engines.vllm import exit_words
 
     assert exit_words(-9) == "signal 9, SIGKILL" and exit_words(1) == "exit code 1"
+
+
+def test_endpoints_join_the_engine_names_and_keep_their_key_out_of_sight():
+    from lab.config import Endpoint, parse_endpoint
+
+    endpoint = parse_endpoint("tuned=http://127.0.0.1:9000", model="m", api_key="sk-secret")
+    assert (endpoint.name, endpoint.base_url, endpoint.model) == ("tuned", "http://127.0.0.1:9000", "m")
+    assert "sk-secret" not in repr(endpoint) and "sk-secret" not in str(endpoint.public())
+    config = EngineConfig(endpoints=(parse_endpoint("http://127.0.0.1:8000"), endpoint))
+    plan = RunPlan(engines=("openai", "tuned"), engine=config)
+    assert plan.engines == ("openai", "tuned")
+    with pytest.raises(ValueError, match="needs --base-url"):
+        RunPlan(engines=("hf", "openai"))
+    with pytest.raises(ValueError, match="http:// or https://"):
+        Endpoint(base_url="127.0.0.1:8000")
+    with pytest.raises(ValueError, match="other than the in-process engines"):
+        Endpoint(base_url="http://x", name="vllm")
+    with pytest.raises(ValueError, match="different name"):
+        EngineConfig(endpoints=(parse_endpoint("http://a"), parse_endpoint("http://b")))
+
+
+def test_open_loop_and_slo_settings_are_checked_before_anything_loads():
+    from lab.config import parse_slo
+
+    assert parse_slo("ttft=0.5, tpot=0.05") == (("ttft", 0.5), ("tpot", 0.05)) and parse_slo("") == ()
+    for text, words in (("ttft", "not NAME=SECONDS"), ("ttft=fast", "not a number")):
+        with pytest.raises(ValueError, match=words):
+            parse_slo(text)
+    for kwargs, words in (({"rate": 0}, "rate must be above 0"), ({"arrival": "burst"}, "arrival must be one of"),
+                          ({"burstiness": 0}, "burstiness must be positive"),
+                          ({"slo": (("latency", 1.0),)}, "unknown metric 'latency'"),
+                          ({"slo": (("ttft", -1.0),)}, "positive number of seconds")):
+        with pytest.raises(ValueError, match=words):
+            LoadConfig(**kwargs)

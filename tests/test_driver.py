@@ -188,3 +188,50 @@ def test_a_dead_engine_fails_the_run_before_its_level_starts(char_tokenizer, mon
     assert result.status == "failed"
     assert result.error == "vLLM's engine process exited (exit code 1), before the 1-user level of vllm"
     assert not result.levels
+
+
+def test_open_loop_sends_at_the_scheduled_times():
+    from lab.load.arrivals import schedule_s
+    from lab.load.driver import run_open
+
+    times = list(itertools.islice(schedule_s(20.0, "poisson", seed=3), 10))
+    assert times == list(itertools.islice(schedule_s(20.0, "poisson", seed=3), 10))  # seeded
+    records = asyncio.run(run_open(FakeEngine(token_delay_s=0.001), iter(requests(10)), iter(times), cap=10))
+    by_id = sorted(records, key=lambda r: int(r.request_id[1:]))
+    start = by_id[0].scheduled_s
+    assert [r.scheduled_s - start for r in by_id] == pytest.approx(times, abs=1e-9)  # the schedule, not the speed
+    assert all(r.send_s >= r.scheduled_s for r in by_id)
+
+
+def test_open_loop_cap_makes_due_requests_wait_in_the_client():
+    from lab.load.arrivals import schedule_s
+    from lab.load.driver import run_open
+    from lab.metrics import queue_s
+
+    engine = ConcurrencyProbe(token_delay_s=0.02)
+    records = asyncio.run(run_open(engine, iter(requests(6)), schedule_s(1000.0, "constant"), cap=2))
+    assert engine.peak == 2 and len(records) == 6
+    assert max(queue_s(r) for r in records) > 0.05  # the last ones waited for a slot
+
+
+def test_arrival_processes_have_the_asked_rate():
+    from lab.load.arrivals import gaps_s
+
+    for arrival, burstiness in (("poisson", 1.0), ("constant", 1.0), ("gamma", 0.5)):
+        gaps = list(itertools.islice(gaps_s(4.0, arrival, burstiness, seed=1), 4000))
+        assert sum(gaps) / len(gaps) == pytest.approx(0.25, rel=0.05), arrival
+    bursty = list(itertools.islice(gaps_s(4.0, "gamma", 0.25, seed=1), 4000))
+    even = list(itertools.islice(gaps_s(4.0, "gamma", 4.0, seed=1), 4000))
+    assert max(bursty) > max(even)  # a small shape makes long gaps and bursts
+
+
+def test_open_loop_level_reports_queue_and_goodput(char_tokenizer):
+    engines = {"hf": FakeEngine("hf", token_delay_s=0.001)}
+    plan = RunPlan(engines=("hf",), load=LoadConfig(users=(2,), requests_per_user=3, rate=50.0, warmup_requests=0,
+                                                    slo=(("ttft", 10.0),)))
+    result = fake_result(plan, engines)
+    asyncio.run(execute(plan, engines, char_tokenizer, result))
+    summary = summary_dict(result)
+    run = summary["runs"][0]
+    assert run["slo_met"] == 6 and run["goodput_req_s"] == pytest.approx(run["req_s"])
+    assert run["queue_s"]["p50"] is not None and summary["load"]["rate"] == 50.0

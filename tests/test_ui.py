@@ -325,6 +325,36 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
 
 
 @pytest.mark.ui
+def test_an_endpoint_connects_from_the_page_and_runs_open_loop_beside_hf(served, browser):
+    from lab.model import resolve_model
+    from lab.serve import start_server, stop
+
+    host, url = served
+    server = start_server("hf", EngineConfig(device="cpu"), resolve_model(None))  # transformers serve
+    try:
+        page = open_ready(browser, url)
+        page.click("text=Add an endpoint")
+        page.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+        page.click("#connect")
+        wait_text(page, "#message", "nothing answers at http://127.0.0.1:9", 20)  # refused, the app serves on
+        page.fill("#endpoint-url textarea", server.url)
+        page.fill("#endpoint-model textarea", server.model)
+        page.click("#connect")
+        wait_text(page, "#message", "Connected openai", 60)
+        wait_text(page, "#engines", "openai", 10)
+        summary = json.loads(client(url).predict("hf,openai", "2", "mixed", 8, 1, 1, 2.0, "ttft=30",
+                                                 api_name="/run_and_wait"))
+        assert summary["status"] == "ok" and summary["load"]["rate"] == 2.0
+        runs = {r["engine"]: r for r in summary["runs"]}
+        assert runs["openai"]["output_tokens"] == 16 and runs["openai"]["queue_s"]["p50"] is not None
+        assert runs["openai"]["slo_met"] == 2 and set(summary["ratios"]) == {"openai/hf"}
+        assert summary["endpoints"] == [{"name": "openai", "base_url": server.url, "model": server.model}]
+        page.close()
+    finally:
+        stop(server)
+
+
+@pytest.mark.ui
 def test_a_short_soak_prints_its_growth(served):
     from bench.soak import growth, report, soak
     from lab.config import LoadConfig, RunPlan

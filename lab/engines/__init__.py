@@ -10,13 +10,18 @@ def create_engine(name: str, config: EngineConfig, model_path: str) -> Engine:
     """Build (not start) the engine called ``name`` for the resolved model.
 
     Args:
-        name: 'hf', 'vllm', 'hf-cb' or 'vllm-engine'.
+        name: 'hf', 'vllm', 'hf-cb', 'vllm-engine', or the name of one of the config's endpoints.
         config: The shared engine config.
         model_path: A resolved local folder or hub id (lab.model.resolve_model).
 
     Returns:
         An engine object speaking the Engine protocol.
     """
+    endpoint = config.endpoint(name)
+    if endpoint is not None:
+        from lab.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(endpoint, config, model_path)
     if name == "hf":
         from lab.engines.hf import HFEngine
 

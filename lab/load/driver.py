@@ -38,6 +38,8 @@ class RequestRecord:
         max_tokens: Output tokens asked for.
         status: 'ok', 'error' or 'cancelled'.
         error: Why it failed, else ''.
+        scheduled_s: Open loop only: when the arrival process said to send it (send_s - scheduled_s is
+            the time it waited in the client, for the concurrency cap or a busy event loop).
     """
 
     engine: str
@@ -52,6 +54,7 @@ class RequestRecord:
     token_times_s: list[float] = field(default_factory=list)
     status: RequestStatus = OK
     error: str = ""
+    scheduled_s: float | None = None
 
     @property
     def output_tokens(self) -> int:
@@ -59,14 +62,17 @@ class RequestRecord:
 
 
 async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
-               on_send: Callable[[RequestRecord], None] | None = None) -> RequestRecord:
+               on_send: Callable[[RequestRecord], None] | None = None,
+               scheduled_s: float | None = None) -> RequestRecord:
     """Run one request to its end and record it; never raises (a cancelled request is recorded too).
 
     ``on_send`` gets the record as the request is sent; it fills in while tokens arrive (live views).
+    ``scheduled_s`` is when an open-loop schedule wanted it sent.
     """
     record = RequestRecord(
         engine=engine.name, users=users, user_id=user_id, request_id=request.request_id,
         send_s=time.perf_counter(), prompt_tokens=request.prompt_len, max_tokens=request.max_tokens,
+        scheduled_s=scheduled_s,
     )
     if on_send is not None:
         on_send(record)
@@ -133,6 +139,52 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
 
     tasks = [asyncio.ensure_future(user(u)) for u in range(users)]
     try:
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return records
+
+
+async def run_open(engine: Engine, requests: Iterator[GenRequest], times_s: Iterator[float], cap: int,
+                   duration_s: float | None = None,
+                   on_record: Callable[[RequestRecord], None] | None = None,
+                   on_send: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
+    """Open loop: send each request at its scheduled time, whatever the engine's speed, at most ``cap`` at once.
+
+    Args:
+        engine: A started engine.
+        requests: The requests, in sending order.
+        times_s: Their send times from the start (lab.load.arrivals.schedule_s).
+        cap: Most requests in flight; a due request past it waits in the client (its queue time).
+        duration_s: Schedule no request after this long (in-flight ones finish).
+        on_record: Called with each finished record.
+        on_send: Called with each record as its request is sent.
+
+    Returns:
+        One record per request sent, in finishing order; on cancel, in-flight requests are recorded as
+        cancelled and reach ``on_record`` before CancelledError propagates.
+    """
+    records: list[RequestRecord] = []
+    slots = asyncio.Semaphore(cap)
+    start = time.perf_counter()
+
+    async def one(request: GenRequest, due_s: float, index: int) -> None:
+        async with slots:
+            record = await send(engine, request, cap, index % cap, on_send, scheduled_s=due_s)
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    tasks: list[asyncio.Task] = []
+    try:
+        for index, (request, offset) in enumerate(zip(requests, times_s, strict=False)):
+            if duration_s is not None and offset > duration_s:
+                break
+            await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
+            tasks.append(asyncio.ensure_future(one(request, start + offset, index)))
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
         for task in tasks:

@@ -13,9 +13,13 @@ all call these functions.
 - total tok/s = (prompt + output tokens of completed requests) / level duration.
 - req/s = completed requests / level duration.
 - ratio = vLLM output tok/s / HF output tok/s at the same user level (and vLLM / HF-CB where transformers'
-          continuous batching ran too). With repeats, each engine's tok/s
-          is its mean over the repeats, and the ratio's spread is the min-max of the per-repeat ratios
-          (repeat k of vLLM over repeat k of HF).
+          continuous batching ran too; without vLLM, e.g. two servers, the second engine over the first).
+          With repeats, each engine's tok/s is its mean over the repeats, and the ratio's spread is the
+          min-max of the per-repeat ratios (repeat k of vLLM over repeat k of HF).
+- queue = send_s - scheduled_s (open loop only): how long a due request waited in the client (the
+          concurrency cap); TTFT and E2E "from schedule" add it, as the user who arrived then waited it.
+- goodput = completed requests meeting every SLO target / level duration (req/s); the TTFT and E2E it
+          checks run from the scheduled time in open loop, from the send otherwise.
 - spread = n, mean, min and max of one figure over the repeats of a level.
 Percentiles use linear interpolation between closest ranks (numpy's default).
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from lab.load.driver import CANCELLED, OK, RequestRecord
@@ -79,6 +83,33 @@ def tpot_s(record: RequestRecord) -> float | None:
     return (record.token_times_s[-1] - record.token_times_s[0]) / (record.output_tokens - 1)
 
 
+def queue_s(record: RequestRecord) -> float | None:
+    """Open loop: how long a due request waited in the client before it was sent."""
+    return None if record.scheduled_s is None else record.send_s - record.scheduled_s
+
+
+def ttft_from_schedule_s(record: RequestRecord) -> float | None:
+    """TTFT counted from when the request was due (open loop), else from its send."""
+    wait = queue_s(record) or 0.0
+    return None if (ttft := ttft_s(record)) is None else ttft + wait
+
+
+def e2e_from_schedule_s(record: RequestRecord) -> float | None:
+    """E2E counted from when the request was due (open loop), else from its send."""
+    wait = queue_s(record) or 0.0
+    return None if (e2e := e2e_s(record)) is None else e2e + wait
+
+
+SLO_CHECKS = {"ttft": ttft_from_schedule_s, "tpot": tpot_s, "e2e": e2e_from_schedule_s}
+
+
+def meets_slo(record: RequestRecord, slo: Sequence[tuple[str, float]]) -> bool:
+    """Whether a completed request meets every target (a figure it lacks, e.g. TPOT of 1 token, passes)."""
+    if record.status != OK:
+        return False
+    return all((value := SLO_CHECKS[name](record)) is None or value <= limit for name, limit in slo)
+
+
 def itls_s(record: RequestRecord) -> list[float]:
     """Inter-token latencies: the gaps between consecutive tokens."""
     times = record.token_times_s
@@ -115,19 +146,25 @@ class LevelSummary:
     itl_s: Distribution
     e2e_s: Distribution
     repeat: int = 0
+    queue_s: Distribution | None = None  # open loop only
+    ttft_scheduled_s: Distribution | None = None  # open loop only: TTFT from the scheduled send
+    goodput_req_s: float | None = None  # with an SLO only
+    slo_met: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat: int = 0) -> LevelSummary:
+def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat: int = 0,
+              slo: Sequence[tuple[str, float]] = ()) -> LevelSummary:
     """Summarize one level's records with the definitions of this module.
 
     Args:
         records: Every record of the level (completed, errored and cancelled).
         engine: Engine name.
-        users: User level.
+        users: User level (the concurrency cap in open loop).
         repeat: Which repeat of the level (0 for the first).
+        slo: Latency targets for goodput, e.g. (("ttft", 0.5),).
 
     Returns:
         The level's summary; throughput counts completed requests only.
@@ -152,7 +189,21 @@ def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat:
         tpot_s=distribution(v for r in done if (v := tpot_s(r)) is not None),
         itl_s=distribution(g for r in done for g in itls_s(r)),
         e2e_s=distribution(v for r in done if (v := e2e_s(r)) is not None), repeat=repeat,
+        **open_loop_fields(records, done, slo, per_s),
     )
+
+
+def open_loop_fields(records: Sequence[RequestRecord], done: Sequence[RequestRecord],
+                     slo: Sequence[tuple[str, float]], per_s: Callable[[float], float]) -> dict:
+    """The summary's queue and from-schedule TTFT (open loop) and goodput (with an SLO)."""
+    fields = {}
+    if any(r.scheduled_s is not None for r in records):
+        fields["queue_s"] = distribution(v for r in records if r.status == OK and (v := queue_s(r)) is not None)
+        fields["ttft_scheduled_s"] = distribution(v for r in done if (v := ttft_from_schedule_s(r)) is not None)
+    if slo:
+        met = sum(1 for r in done if meets_slo(r, slo))
+        fields["slo_met"], fields["goodput_req_s"] = met, per_s(met)
+    return fields
 
 
 def improvement_ratio(vllm_tok_s: float | None, hf_tok_s: float | None) -> float | None:
@@ -195,12 +246,34 @@ def tok_s_spreads(rows: Iterable[dict]) -> dict[tuple[str, int], Spread]:
     return {key: spread(by_repeat.values()) for key, by_repeat in level_rates(rows).items()}
 
 
-def ratio_spreads(rows: Iterable[dict], base: str = "hf") -> dict[int, Spread]:
-    """The spread of the per-repeat ratio vLLM / ``base`` at every user level where both ran a same repeat."""
+RATIO_BASES = ("hf", "hf-cb")  # vLLM's speed is divided by each of these that ran
+
+
+def ratio_pairs(engines: Sequence[str]) -> list[tuple[str, str]]:
+    """Which ratios a run shows, as (top, base): vLLM over HF and over HF-CB where they ran; without vLLM
+    (two servers, say), the second engine over the first."""
+    if "vllm" in engines:
+        return [("vllm", base) for base in RATIO_BASES if base in engines]
+    return [(engines[1], engines[0])] if len(engines) > 1 else []
+
+
+def ratio_key(top: str, base: str) -> str:
+    """A ratio's key in summary.json's ``ratios``: the base alone under vLLM (``hf``), else ``top/base``."""
+    return base if top == "vllm" else f"{top}/{base}"
+
+
+def ratio_from_key(key: str) -> tuple[str, str]:
+    """(top, base) of a ``ratios`` key."""
+    top, _, base = key.rpartition("/")
+    return (top or "vllm"), base
+
+
+def ratio_spreads(rows: Iterable[dict], base: str = "hf", top: str = "vllm") -> dict[int, Spread]:
+    """The spread of the per-repeat ratio ``top`` / ``base`` at every user level where both ran a same repeat."""
     rates = level_rates(rows)
     result = {}
     for users in sorted({users for _, users in rates}):
-        vllm, hf = rates.get(("vllm", users), {}), rates.get((base, users), {})
+        vllm, hf = rates.get((top, users), {}), rates.get((base, users), {})
         pairs = [improvement_ratio(vllm[k], hf[k]) for k in sorted(vllm.keys() & hf.keys())]
         if found := spread(r for r in pairs if r is not None):
             result[users] = found
@@ -220,12 +293,12 @@ def thin_levels(rows: Iterable[dict], least: int = TRUSTED_REQUESTS) -> list[int
     return sorted({users for (_, users), count in done.items() if count < least})
 
 
-def ratios_by_users(rows: Iterable[dict], base: str = "hf") -> dict[int, float]:
-    """The improvement ratio (mean vLLM tok/s / mean ``base`` tok/s) at every level where both engines ran."""
+def ratios_by_users(rows: Iterable[dict], base: str = "hf", top: str = "vllm") -> dict[int, float]:
+    """The improvement ratio (mean ``top`` tok/s / mean ``base`` tok/s) at every level where both engines ran."""
     means = {key: s.mean for key, s in tok_s_spreads(rows).items()}
     result = {}
     for users in sorted({users for _, users in means}):
-        ratio = improvement_ratio(means.get(("vllm", users)), means.get((base, users)))
+        ratio = improvement_ratio(means.get((top, users)), means.get((base, users)))
         if ratio is not None:
             result[users] = ratio
     return result

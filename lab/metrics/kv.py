@@ -116,8 +116,9 @@ def hf_usage_series(samples: Sequence[EngineSample], bytes_per_token: int) -> li
 def held_series(engine: str, samples: Sequence[EngineSample], records: Sequence[RequestRecord],
                 bytes_per_token: int | None) -> list[tuple]:
     """(time, held tokens, real tokens, ...) of one engine's level: vLLM's from its blocks
-    (vllm_usage_series), HF's from its bytes (hf_usage_series; none without its bytes per token)."""
-    if engine in PAGED_ENGINES:  # blocks: vLLM's own statistic, or transformers' paged cache's
+    (vllm_usage_series), HF's from its bytes (hf_usage_series; none without its bytes per token). A server
+    whose /metrics gave block usage counts as paged."""
+    if engine in PAGED_ENGINES or any(s.kv_usage is not None for s in samples):  # blocks: vLLM's own statistic
         return vllm_usage_series(samples, records)
     return hf_usage_series(samples, bytes_per_token) if bytes_per_token else []
 
