@@ -26,7 +26,6 @@ vLLM's own log lines go to stderr, so that stdout holds only what the command pr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -274,12 +273,13 @@ def print_agreement(session) -> None:
 async def bench(plan: RunPlan, out: str, check=None) -> int:
     """Load the engines, run the plan, print the table and write the files (also after a failure)."""
     from lab.runs import write_run
-    from lab.session import LabSession
+    from lab.session import LabSession, settle_heap
 
     session = LabSession(plan.engine, plan.engines, check)
     result = None
     try:
         await session.start()
+        settle_heap()
         print_agreement(session)
         result = session.new_result(plan)
         await session.run(plan, [ConsoleProgress()], result)
@@ -335,38 +335,38 @@ def run_env(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """Check every rule first (exit 2), then compare the engines' greedy text."""
-    from lab.session import check_session
+    from lab.session import check_session, run_async
 
     config, engines = engine_config_from(args), engines_from(args)
     if len(engines) < 2:
         raise ValueError(f"check compares two engines, got --engines {args.engines!r}: use e.g. hf,vllm")
     check = check_session(config, engines)
-    return asyncio.run(agree(config, engines, check, args.json))
+    return run_async(agree(config, engines, check, args.json))
 
 
 def run_bench(args: argparse.Namespace) -> int:
     """Check every rule first (exit 2), warn about a KV pool too small for the plan, then run it."""
     from lab.memory import kv_fit_warning
-    from lab.session import check_session
+    from lab.session import check_session, run_async
 
     plan = plan_from(args)
     check = check_session(plan.engine, plan.engines)
     warning = kv_fit_warning(plan, check.memory)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-    return asyncio.run(bench(plan, args.out, check))
+    return run_async(bench(plan, args.out, check))
 
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
     """Validate the experiment's parameters and the session (exit 2), then run it and write its files."""
     from lab.experiments import module, parse_pairs, parse_params, validate
-    from lab.session import check_session
+    from lab.session import check_session, run_async
 
     params = parse_params(args.name, parse_pairs(" ".join(args.param)))
     config, engines = engine_config_from(args), module(args.name).ENGINES
     validate(args.name, params, config)
     check = check_session(config, engines)
-    return asyncio.run(experiment(args.name, params, config, engines, check, args.out or f"results/{args.name}"))
+    return run_async(experiment(args.name, params, config, engines, check, args.out or f"results/{args.name}"))
 
 
 async def experiment(name: str, params, config: EngineConfig, engines, check, out: str) -> int:
@@ -399,14 +399,14 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
 
 def run_sweep_cli(args: argparse.Namespace) -> int:
     """Validate the knob, every value and the load (exit 2), then sweep on the knob's engine alone."""
-    from lab.session import check_session
+    from lab.session import check_session, run_async
     from lab.sweeps import sweep_plan
 
     plan = sweep_plan(args.knob, args.values, args.users, args.workload, args.requests_per_user, args.output_len)
     config = engine_config_from(args)
     plan.check(config)
     check = check_session(config, (plan.engine,))
-    return asyncio.run(sweep(plan, config, check, args.out or f"results/sweep-{args.knob}"))
+    return run_async(sweep(plan, config, check, args.out or f"results/sweep-{args.knob}"))
 
 
 async def sweep(plan, config: EngineConfig, check, out: str) -> int:

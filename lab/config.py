@@ -122,7 +122,7 @@ class EngineConfig:
     enforce_eager: bool | None = None
     cpu_attention: str = "auto"
     num_kv_blocks: int | None = None
-    endpoints: tuple[Endpoint, ...] = ()
+    endpoints: tuple[Endpoint, ...] = field(default=(), compare=False)  # not an in-process engine's setting
 
     def __post_init__(self) -> None:
         names = [e.name for e in self.endpoints]

@@ -20,7 +20,7 @@ from lab.config import Endpoint, EngineConfig, RunPlan
 from lab.environment import process_rss_bytes, read_device, versions
 from lab.memory import kv_fit_warning
 from lab.runs import RUNNING, RunResult
-from lab.session import LabSession, SessionCheck, check_session
+from lab.session import LabSession, SessionCheck, check_session, new_loop, settle_heap
 from lab.status import EngineHealth, RunStatus
 from lab.store import save_experiment, save_run, save_sweep
 
@@ -107,7 +107,7 @@ class LabHost:
         self.restart_errors: dict[str, str] = {}
         self._lock = threading.Lock()
         self._task: asyncio.Task | None = None
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="lab-host", daemon=True)
         self._thread.start()
 
@@ -124,6 +124,7 @@ class LabHost:
         try:
             session = LabSession(self.config, self.engine_names, self.check)
             await session.start(say)
+            settle_heap()
             self.session = session
             self.status.ready = True
             log.info("engines ready: %s", ", ".join(self.engine_names))
@@ -243,7 +244,7 @@ class LabHost:
                 info = future.result(timeout_s)
             except Exception as exc:  # noqa: BLE001 - a server that answers the probe but not a request
                 return False, f"{endpoint.name}: {type(exc).__name__}: {exc}"
-            self.config = config
+            self.config = self.session.config = config
             self.engine_names += () if endpoint.name in self.engine_names else (endpoint.name,)
         self.bump()
         args = info.args

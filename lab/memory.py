@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
-from lab.engines.base import kv_bytes_per_token
+from lab.engines.base import DTYPE_BYTES, kv_bytes_per_token
 from lab.engines.vllm import DEFAULT_CPU_KV_GIB
 from lab.environment import GIB, DeviceInfo, read_device
 from lab.load.workloads import longest_request
@@ -158,21 +158,30 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"warning: HF's worst-case batch would not fit in the {gib(left)} left; large batches "
                     f"of long requests may run out of memory"
                 )
-    hf_cb = plan_hf_cb(config, device, weights, device.free_bytes - (vllm_bytes or 0) - (hf_bytes or 0), notes) \
+    hf_cb = plan_hf_cb(config, device, weights, device.free_bytes - (vllm_bytes or 0) - (hf_bytes or 0), notes,
+                       kv_per_token) \
         if "hf-cb" in engines else None
     return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv, hf_cb)
 
 
-def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int, notes: list[str]) -> int:
-    """HF continuous batching's share: its own copy of the weights plus vLLM's KV budget (on a GPU without
-    kv_cache_gib, transformers sizes its pool from what is free when it starts: only its weights are checked)."""
+def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int, notes: list[str],
+               kv_per_token: int | None = None) -> int:
+    """HF continuous batching's share: its own copy of the weights, vLLM's KV budget, and the attention mask its
+    SDPA path keeps (max_batch_tokens x (KV tokens + max_batch_tokens), in the model's dtype). On a GPU without
+    kv_cache_gib, transformers sizes its pool from what is free when it starts: only its weights are checked."""
+    from lab.engines.hf_cb import BATCH_TOKENS
+
     kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB) if config.kv_cache_gib or device.kind == "cpu" else 0
+    tokens = kv // kv_per_token if kv and kv_per_token else 0
+    mask = BATCH_TOKENS * (tokens + BATCH_TOKENS) * DTYPE_BYTES[config.dtype] if tokens else 0
     notes.append(f"HF-CB: {gib(weights)} of weights (its own copy) + "
-                 + (f"{gib(kv)} of paged KV" if kv else "a paged KV pool transformers sizes from free memory"))
-    if weights + kv + SLACK_BYTES > left:
-        raise ValueError(f"HF continuous batching needs {gib(weights + kv)} (weights + KV), but only {gib(left)} "
-                         f"are left on {device.name} after the other engines: lower kv_cache_gib or load fewer engines")
-    return weights + kv
+                 + (f"{gib(kv)} of paged KV + {gib(mask)} of attention mask" if kv
+                    else "a paged KV pool transformers sizes from free memory"))
+    if weights + kv + mask + SLACK_BYTES > left:
+        raise ValueError(f"HF continuous batching needs {gib(weights + kv + mask)} (weights + KV + mask), but only "
+                         f"{gib(left)} are left on {device.name} after the other engines: lower kv_cache_gib or "
+                         f"load fewer engines")
+    return weights + kv + mask
 
 
 def kv_fit_warning(plan: RunPlan, memory: MemoryPlan) -> str | None:

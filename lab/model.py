@@ -10,6 +10,7 @@ llama_cpp): only its folder is located.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -123,9 +124,31 @@ def model_label(resolved: str) -> str:
     return path.name if path.exists() else resolved
 
 
-def weights_bytes(resolved: str) -> int | None:
-    """Size of the model's weight files on disk, when it is a local folder."""
+def weights_bytes(resolved: str, dtype: str = "bfloat16") -> int | None:
+    """Size of the model's weight files on disk, when it is a local folder; a folder with config and tokenizer
+    only (``--load-format dummy``) gives what its config's shapes hold in ``dtype`` (shape_bytes)."""
     path = Path(resolved)
     if not path.is_dir():
         return None
-    return sum(f.stat().st_size for f in path.glob("*.safetensors")) or None
+    on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    if on_disk or not (path / "config.json").exists():
+        return on_disk or None
+    return shape_bytes(json.loads((path / "config.json").read_text()), dtype)
+
+
+def shape_bytes(config: dict, dtype: str) -> int | None:
+    """Bytes of a Llama-style decoder's parameters from its config: embeddings (and an untied LM head) plus,
+    per layer, the q/k/v/o projections, a gated MLP (3 matrices) and two norms. None for other shapes."""
+    from lab.engines.base import DTYPE_BYTES
+
+    config = config.get("text_config") or config
+    try:
+        hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+        heads, mlp = config["num_attention_heads"], config["intermediate_size"]
+    except KeyError:
+        return None
+    head_dim = config.get("head_dim") or hidden // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    per_layer = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * mlp + 2 * hidden
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return (layers * per_layer + embeddings + hidden) * DTYPE_BYTES[dtype]

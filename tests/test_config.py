@@ -76,11 +76,24 @@ def test_memory_plan_leaves_room_for_hf():
 
 def test_memory_plan_counts_hf_continuous_batching_apart():
     cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
-    plan = plan_memory(EngineConfig(device="cpu"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4, 1000)
-    assert plan.hf_cb_bytes == GIB // 4 + GIB // 4  # its own weights + vLLM's KV budget (0.25 GiB on CPU)
-    assert any(note.startswith("HF-CB: 0.25 GiB of weights (its own copy) + 0.25 GiB") for note in plan.notes)
-    with pytest.raises(ValueError, match="HF continuous batching needs 9.00 GiB"):
-        plan_memory(EngineConfig(device="cuda", kv_cache_gib=1), gpu(80, 20), ("hf", "vllm", "hf-cb"), 8 * GIB, 1000)
+    per_token = 23040  # SmolLM2-135M in bf16
+    plan = plan_memory(EngineConfig(device="cpu"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4, per_token)
+    mask = 4096 * (GIB // 4 // per_token + 4096) * 2  # SDPA's mask: max_batch_tokens x (KV tokens + them), bf16
+    assert plan.hf_cb_bytes == GIB // 4 + GIB // 4 + mask  # its own weights + vLLM's KV budget (0.25 GiB) + mask
+    assert any(note.startswith("HF-CB: 0.25 GiB of weights (its own copy) + 0.25 GiB of paged KV + 0.12 GiB of "
+                               "attention mask") for note in plan.notes)
+    with pytest.raises(ValueError, match="HF continuous batching needs 9.09 GiB"):
+        plan_memory(EngineConfig(device="cuda", kv_cache_gib=1), gpu(80, 20), ("hf", "vllm", "hf-cb"), 8 * GIB,
+                    131072)
+
+
+def test_a_folder_without_weights_is_planned_from_its_config_shapes(tmp_path):
+    from lab.model import weights_bytes
+
+    llama8b = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "intermediate_size": 14336, "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(__import__("json").dumps(llama8b))
+    assert weights_bytes(str(tmp_path)) == 8_030_261_248 * 2  # Llama-3.1-8B's 8.03 B parameters in bf16
 
 
 def test_memory_plan_on_cpu_checks_ram():

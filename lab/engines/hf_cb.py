@@ -31,6 +31,8 @@ from lab.engines.base import (
 log = logging.getLogger(__name__)
 GIB = 1024**3
 PAGE_SIZE = 256  # tokens per KV block: transformers' default page size
+BATCH_TOKENS = 4096  # tokens one step may hold (a prefill chunk plus decodes); left unset, transformers sizes it
+# from free memory (46,542 on an H100), and its SDPA path keeps a mask of that x (cache + that) tokens: 36 GiB
 SAMPLE_EVERY_S = 0.05  # the manager has no per-step hook the lab can use: its counts are read 20 times a second
 
 
@@ -70,7 +72,8 @@ class HFCBEngine:
         self.tokenizer, model = loaded.tokenizer, loaded.model
         per_token = kv_bytes_per_token(model.config, self.config.dtype)
         budget = self.kv_budget_bytes()
-        settings = {page_field(ContinuousBatchingConfig): PAGE_SIZE, "allow_block_sharing": False}
+        settings = {page_field(ContinuousBatchingConfig): PAGE_SIZE, "allow_block_sharing": False,
+                    "max_batch_tokens": BATCH_TOKENS}
         if budget is not None:
             settings["num_blocks"] = max(1, budget // (PAGE_SIZE * per_token))
         if loaded.device == "cuda":
@@ -184,8 +187,9 @@ class HFCBEngine:
     def _sample(self, processor) -> EngineSample:
         """Requests running and waiting in the scheduler, and KV usage = 1 - free / total blocks."""
         scheduler, cache = processor.scheduler, processor.cache
+        free = getattr(cache, "compute_free_capacity", None)  # transformers 5.17 has none: usage unknown
         return EngineSample(
             engine=self.name, time_s=time.perf_counter(), running=len(scheduler.active_requests),
-            waiting=len(scheduler.waiting_requests), kv_usage=1.0 - cache.compute_free_capacity(),
+            waiting=len(scheduler.waiting_requests), kv_usage=None if free is None else 1.0 - free(),
             kv_total_blocks=cache.num_blocks, kv_block_size=PAGE_SIZE,
         )

@@ -38,12 +38,12 @@ def kv_summary(samples: Sequence[EngineSample], num_blocks: int | None = None,
         waste_at_peak (share of the reserved cache not holding real tokens at the peak).
     """
     vllm = [s for s in samples if s.kv_usage is not None]
-    if vllm or num_blocks is not None:
-        peak = max((s.kv_usage for s in vllm), default=0.0)
+    if vllm or num_blocks is not None:  # a pool whose usage could not be read has peak None, not 0
+        peak = max((s.kv_usage for s in vllm), default=None)
         first, last = (vllm[0], vllm[-1]) if vllm else (None, None)
         return {
             "num_blocks": num_blocks, "block_size": block_size, "peak_usage": peak,
-            "peak_used_blocks": round(peak * num_blocks) if num_blocks else None,
+            "peak_used_blocks": round(peak * num_blocks) if num_blocks and peak is not None else None,
             "preemptions": (last.preemptions_total - first.preemptions_total) if vllm else 0,
             "prefix_cache_queries": (last.prefix_queries_total - first.prefix_queries_total) if vllm else 0,
             "prefix_cache_hits": (last.prefix_hits_total - first.prefix_hits_total) if vllm else 0,
