@@ -431,6 +431,7 @@ async def sweep(plan, config: EngineConfig, check, out: str) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start a server on the model, print where it answers, keep it up until Ctrl-C or SIGTERM."""
+    import shlex
     import signal
 
     from lab.model import resolve_model
@@ -440,11 +441,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         config.check_block_size()
     key = args.api_key or (os.environ.get(API_KEY_ENV) if args.engine == "vllm" else None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # before the start: a stop while it loads cleans up too
     server = start_server(args.engine, config, resolve_model(config.model), args.port, api_key=key)
+    model = f" --model {shlex.quote(config.model)}" if config.model else ""
     print(f"serving {args.engine} at {server.url} (model {server.model}); load-test it with:\n"
-          f"  python -m lab bench --engines openai --base-url {server.url} --served-model-name {server.model}",
-          flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+          f"  python -m lab bench --engines openai --base-url {server.url} --served-model-name "
+          f"{shlex.quote(server.model)}{model}", flush=True)
     try:
         return server.process.wait()
     except (KeyboardInterrupt, SystemExit):

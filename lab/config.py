@@ -49,6 +49,8 @@ class Endpoint:
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint URL {self.base_url!r} must start with http:// or https://")
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError("endpoint URL: put no user or password in it (results store the URL); use --api-key")
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", self.name) or self.name in ENGINE_NAMES:
             raise ValueError(f"endpoint name {self.name!r}: use up to 32 lower-case letters, digits, '-', '_' or "
                              f"'.', other than the in-process engines ({', '.join(ENGINE_NAMES)})")
@@ -265,6 +267,9 @@ class LoadConfig:
             raise ValueError(f"output_len must be at least 1 token, not {self.output_len}")
         if self.warmup_requests < 0:
             raise ValueError("warmup_requests must be >= 0")
+        if self.rate is not None and self.duration_s is not None and self.rate * self.duration_s > self.max_requests:
+            raise ValueError(f"rate {self.rate:g}/s for {self.duration_s:g} s = {self.rate * self.duration_s:.0f} "
+                             f"requests, past the limit of {self.max_requests} per level (`--max-requests` raises it)")
         if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
 

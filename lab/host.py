@@ -224,7 +224,7 @@ class LabHost:
         self.bump()
         return True, f"Restarting {', '.join(dead)}: {self.start_words(dead)}."
 
-    def connect_endpoint(self, endpoint: Endpoint, timeout_s: float = 60.0) -> tuple[bool, str]:
+    def connect_endpoint(self, endpoint: Endpoint) -> tuple[bool, str]:
         """Check a server and add it as an engine beside the loaded ones (an endpoint of the same name is
         replaced); returns (connected, message)."""
         from lab.engines.openai import probe
@@ -241,8 +241,10 @@ class LabHost:
             config = self.config.with_overrides(endpoints=kept + (endpoint,))
             future = asyncio.run_coroutine_threadsafe(self.session.restart_engine(endpoint.name, config), self._loop)
             try:
-                info = future.result(timeout_s)
+                info = future.result()  # its start has its own time limits (a 10 s connect, the probe)
             except Exception as exc:  # noqa: BLE001 - a server that answers the probe but not a request
+                self.engine_names = tuple(n for n in self.engine_names if n in self.session.engines
+                                          or self.config.endpoint(n) is None)
                 return False, f"{endpoint.name}: {type(exc).__name__}: {exc}"
             self.config = self.session.config = config
             self.engine_names += () if endpoint.name in self.engine_names else (endpoint.name,)

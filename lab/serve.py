@@ -70,10 +70,18 @@ def vllm_command(config: EngineConfig, model_path: str, port: int) -> list[str]:
 
 
 def hf_command(config: EngineConfig, model_path: str, port: int) -> list[str]:
-    """transformers' server with continuous batching, as a command line."""
+    """transformers' server with continuous batching and the in-process HF-CB's pool (its blocks, pages, tokens per
+    step), as a command line. Left to size its pool itself on CPU it took 90% of free memory (19.7 GB here)."""
+    from lab.engines.hf_cb import BATCH_TOKENS, PAGE_SIZE, pool_blocks
+    from lab.memory import model_kv_bytes_per_token
+
+    per_token = model_kv_bytes_per_token(model_path, config.dtype)
+    blocks = pool_blocks(config, per_token) if per_token else None
+    pool = ["--cb-block-size", str(PAGE_SIZE), "--cb-max-batch-tokens", str(BATCH_TOKENS)] + (
+        ["--cb-num-blocks", str(blocks)] if blocks else [])
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", model_path, "--host", HOST,
             "--port", str(port), "--device", config.resolved_device(), "--dtype", config.dtype,
-            "--continuous-batching"]
+            "--continuous-batching", *pool]
 
 
 def server_env(engine: str, config: EngineConfig, api_key: str | None = None) -> dict:
@@ -121,7 +129,11 @@ def start_server(engine: str, config: EngineConfig, model_path: str, port: int =
                                    env=server_env(engine, config, api_key))
     server = Server(engine, f"http://{HOST}:{port}", model_path, process, log_path)
     log.info("starting %s server at %s (log %s)", engine, server.url, log_path)
-    wait_ready(server, ready_timeout_s)
+    try:
+        wait_ready(server, ready_timeout_s)
+    except BaseException:  # it exited, never answered, or Ctrl-C came: leave none of its processes behind
+        stop(server)
+        raise
     return server
 
 
@@ -139,7 +151,6 @@ def wait_ready(server: Server, timeout_s: float) -> None:
         except OSError:
             pass
         time.sleep(0.5)
-    stop(server)
     raise RuntimeError(f"the {server.engine} server did not answer within {timeout_s:g} s:\n{server.log_tail()}")
 
 

@@ -229,6 +229,7 @@ class LabSession:
 
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
         """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
+        gc.unfreeze()  # what the old engine holds in cycles must be collectable once it stops (settle_heap after)
         old = self.engines.get(name)
         if old is not None:  # a stop or start runs in a thread and cannot be interrupted: finish it, then cancel
             _, cancelled = await through_cancel(old.stop())
@@ -241,6 +242,7 @@ class LabSession:
         info, cancelled = await through_cancel(engine.start())
         self.info[name], self.start_s[name] = info, time.monotonic() - began
         self.engines[name], self.configs[name] = engine, config
+        settle_heap()
         if cancelled:
             raise asyncio.CancelledError
         return info

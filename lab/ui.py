@@ -10,7 +10,6 @@ the environment when the engines become ready.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from lab.config import API_KEY_ENV, ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
+from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
@@ -114,7 +113,7 @@ class Handlers:
         """Add an OpenAI-compatible server as an engine; returns the message line and the engine choices."""
         try:
             endpoint = Endpoint(base_url=(url or "").strip(), name=(name or "").strip() or ENDPOINT_ENGINE,
-                                model=(model or "").strip() or None, api_key=key or os.environ.get(API_KEY_ENV))
+                                model=(model or "").strip() or None, api_key=key or None)  # never the host's own key
         except ValueError as exc:
             return f"**Input error:** {exc}", gr.skip()
         connected, message = self.host.connect_endpoint(endpoint)
@@ -329,7 +328,7 @@ def _endpoint_form() -> list:
                              min_width=200)
         with gr.Row():
             model = gr.Textbox("", label="Served model (empty: its first)", elem_id="endpoint-model", min_width=150)
-            key = gr.Textbox("", label=f"API key (empty: ${API_KEY_ENV})", type="password", elem_id="endpoint-key",
+            key = gr.Textbox("", label="API key (if the server needs one)", type="password", elem_id="endpoint-key",
                              min_width=150)
         connect = gr.Button("Connect", elem_id="connect", size="sm")
     return [name, url, model, key, connect]
@@ -409,7 +408,8 @@ def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: E
         handlers.start_run, load.form, [load.message], api_visibility="private").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
-    load.endpoint[-1].click(handlers.connect, load.endpoint[:-1], [load.message, load.form[0]], api_name="connect")
+    load.endpoint[-1].click(handlers.connect, load.endpoint[:-1], [load.message, load.form[0]],
+                            api_visibility="private")  # a page-only action: no API that points the host anywhere
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
     env.refresh.click(handlers.environment, None, env.shown, api_name="environment")

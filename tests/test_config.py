@@ -219,6 +219,8 @@ def test_endpoints_join_the_engine_names_and_keep_their_key_out_of_sight():
         Endpoint(base_url="127.0.0.1:8000")
     with pytest.raises(ValueError, match="other than the in-process engines"):
         Endpoint(base_url="http://x", name="vllm")
+    with pytest.raises(ValueError, match="no user or password"):
+        parse_endpoint("https://me:secret@host.example")
     with pytest.raises(ValueError, match="different name"):
         EngineConfig(endpoints=(parse_endpoint("http://a"), parse_endpoint("http://b")))
 
@@ -233,6 +235,7 @@ def test_open_loop_and_slo_settings_are_checked_before_anything_loads():
     for kwargs, words in (({"rate": 0}, "rate must be above 0"), ({"arrival": "burst"}, "arrival must be one of"),
                           ({"burstiness": 0}, "burstiness must be positive"),
                           ({"slo": (("latency", 1.0),)}, "unknown metric 'latency'"),
-                          ({"slo": (("ttft", -1.0),)}, "positive number of seconds")):
+                          ({"slo": (("ttft", -1.0),)}, "positive number of seconds"),
+                          ({"rate": 100.0, "duration_s": 60.0, "requests_per_user": None}, "6000 requests, past")):
         with pytest.raises(ValueError, match=words):
             LoadConfig(**kwargs)

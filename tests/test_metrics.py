@@ -114,3 +114,16 @@ def test_kv_usage_series_and_waste_of_a_level_that_never_ran():
 
     assert vllm_usage_series([], []) == []
     assert waste_stats([]) == {"peak": None, "mean": None, "peak_held_tokens": 0}
+
+
+def test_goodput_fails_a_request_without_a_first_token_but_lets_one_token_pass_tpot():
+    from lab.metrics import meets_slo
+
+    one = RequestRecord("e", 1, 0, "r", send_s=0.0, prompt_tokens=4, max_tokens=1, first_token_s=0.2, end_s=0.2,
+                        token_times_s=[0.2])
+    assert meets_slo(one, (("ttft", 0.5), ("tpot", 0.01)))  # no TPOT with one token: it passes
+    none = RequestRecord("e", 1, 0, "r", send_s=0.0, prompt_tokens=4, max_tokens=1, end_s=0.2)
+    assert not meets_slo(none, (("ttft", 0.5),))
+    late = RequestRecord("e", 1, 0, "r", send_s=1.0, prompt_tokens=4, max_tokens=1, first_token_s=1.2, end_s=1.2,
+                         token_times_s=[1.2], scheduled_s=0.5)
+    assert not meets_slo(late, (("ttft", 0.5),))  # 0.5 s queued + 0.2 s: counted from the schedule

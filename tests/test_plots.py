@@ -162,7 +162,8 @@ def test_vllm_served_and_its_engine_loop_are_told_apart(char_tokenizer):
     bars = tok_s_bars(summary)
     assert [t.name for t in bars.data] == [ENGINE_LABELS["vllm"], ENGINE_LABELS["vllm-engine"]]
     assert "per-token cost of vLLM's async front end" in bars.layout.title.text
-    assert summary["ratios"] == {} and len(ratio_bars(summary).data[0].x) == 0  # no HF: no ratio
+    assert set(summary["ratios"]) == {"vllm-engine/vllm"}  # no HF: the second engine over the first
+    assert ratio_bars(summary).data[0].name == "vLLM-engine / vLLM"
 
 
 def test_a_long_step_line_is_thinned_and_keeps_its_peaks():

@@ -41,6 +41,23 @@ def page_field(config_class) -> str:
     return "page_size" if "page_size" in inspect.signature(config_class).parameters else "block_size"
 
 
+def kv_budget_bytes(config: EngineConfig) -> int | None:
+    """vLLM's KV budget (kv_cache_gib; the CPU default), so both paged engines get the same pool; on a GPU
+    without kv_cache_gib, None: transformers sizes it from free memory."""
+    from lab.engines.vllm import DEFAULT_CPU_KV_GIB
+
+    gib = config.kv_cache_gib
+    if gib is None and config.resolved_device() == "cpu":
+        gib = DEFAULT_CPU_KV_GIB
+    return None if gib is None else int(gib * GIB)
+
+
+def pool_blocks(config: EngineConfig, per_token: int) -> int | None:
+    """Blocks of PAGE_SIZE tokens the budget holds (None: transformers' own sizing)."""
+    budget = kv_budget_bytes(config)
+    return None if budget is None else max(1, budget // (PAGE_SIZE * per_token))
+
+
 class HFCBEngine:
     """transformers' ContinuousBatchingManager: paged KV, requests admitted at every step."""
 
@@ -71,11 +88,11 @@ class HFCBEngine:
         loaded = load_model(self.config, self.model_path)
         self.tokenizer, model = loaded.tokenizer, loaded.model
         per_token = kv_bytes_per_token(model.config, self.config.dtype)
-        budget = self.kv_budget_bytes()
+        budget = kv_budget_bytes(self.config)
         settings = {page_field(ContinuousBatchingConfig): PAGE_SIZE, "allow_block_sharing": False,
                     "max_batch_tokens": BATCH_TOKENS}
         if budget is not None:
-            settings["num_blocks"] = max(1, budget // (PAGE_SIZE * per_token))
+            settings["num_blocks"] = pool_blocks(self.config, per_token)
         if loaded.device == "cuda":
             settings["use_cuda_graph"] = True  # measured on an H100: 1,596 vs 673-757 tok/s at 64 requests
         generation = GenerationConfig(do_sample=False, max_new_tokens=self.config.max_model_len,
@@ -92,15 +109,6 @@ class HFCBEngine:
                           kv_block_size=PAGE_SIZE, kv_total_blocks=settings.get("num_blocks"),
                           attention=f"paged ({loaded.attention})")
 
-    def kv_budget_bytes(self) -> int | None:
-        """vLLM's KV budget (kv_cache_gib; the CPU default), so both paged engines get the same pool; on a GPU
-        without kv_cache_gib, None: transformers sizes it from free memory."""
-        from lab.engines.vllm import DEFAULT_CPU_KV_GIB
-
-        gib = self.config.kv_cache_gib
-        if gib is None and self.config.resolved_device() == "cpu":
-            gib = DEFAULT_CPU_KV_GIB
-        return None if gib is None else int(gib * GIB)
 
     async def stop(self) -> None:
         if self._sampler is not None:

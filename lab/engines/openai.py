@@ -19,6 +19,7 @@ logged or stored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 import logging
@@ -40,6 +41,10 @@ except ImportError:  # pragma: no cover - orjson comes with gradio
 log = logging.getLogger(__name__)
 SCRAPE_EVERY_S = 0.25  # /metrics read 4 times a second while requests run (the issue asks >= 2 Hz)
 PROBE_TOKENS = 4
+
+
+class ConnectionLost(RequestRejected):
+    """The connection broke (reset, or closed by the server): the request is an error like any other."""
 
 
 class Dialect(enum.StrEnum):
@@ -102,8 +107,9 @@ def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
 
     url = endpoint.base_url.rstrip("/") + "/v1/models"
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the engine: no proxy sees the key
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s):
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout_s):
             return
     except urllib.error.HTTPError as exc:
         status = exc.code
@@ -154,9 +160,13 @@ class OpenAIEngine:
         timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=10)
         self._session = aiohttp.ClientSession(self.endpoint.base_url.rstrip("/") + "/", connector=connector,
                                               timeout=timeout, headers=self._headers())
-        await self._read_models()
-        self.dialect = await self._find_dialect()
-        scrape = await self._scrape()
+        try:
+            await self._read_models()
+            self.dialect = await self._find_dialect()
+            scrape = await self._scrape()
+        except BaseException:
+            await self.stop()  # no session or sockets left behind by a start that failed
+            raise
         self.has_metrics = scrape is not None
         self._scraper = asyncio.ensure_future(self._scrape_loop())
         return self._info(scrape)
@@ -176,12 +186,12 @@ class OpenAIEngine:
                 raise RequestRejected(f"{self.endpoint.base_url}/v1/models answered HTTP {response.status}: "
                                       f"give the served model's name (--served-model-name)")
             listed = (await response.json()).get("data") or []
-        chosen = next((m for m in listed if m.get("id") == self.model), None) if self.model else (
-            listed[0] if listed else None)
-        if chosen is None:
-            names = ", ".join(m.get("id", "?") for m in listed) or "none"
-            raise RequestRejected(f"the server at {self.endpoint.base_url} does not serve {self.model!r} "
-                                  f"(it serves: {names})")
+        if self.model and not any(m.get("id") == self.model for m in listed):  # transformers serve lists the HF
+            log.warning("%s: %r is not in the server's /v1/models; using it anyway", self.name, self.model)  # cache
+            return
+        if not listed:
+            raise RequestRejected(f"{self.endpoint.base_url}/v1/models lists no model: give --served-model-name")
+        chosen = next((m for m in listed if m.get("id") == self.model), listed[0])
         self.model, self.max_model_len = chosen["id"], chosen.get("max_model_len")
 
     async def _find_dialect(self) -> Dialect:
@@ -189,15 +199,26 @@ class OpenAIEngine:
         whether the server sent token ids back (the agreement check needs them)."""
         probe = GenRequest("probe", tuple(self.tokenizer.encode("The capital of France is")), PROBE_TOKENS)
         for dialect in (Dialect.TOKEN_IDS, Dialect.TRANSFORMERS):
-            try:
-                ids = [t async for chunk in self._stream(probe, dialect) for t in chunk.token_ids]
-            except RequestRejected as exc:
-                log.info("%s: dialect %s refused (%s)", self.name, dialect.value, exc)
-                continue
-            if len(ids) == PROBE_TOKENS:
+            ids = await self._probe(probe, dialect)
+            if ids is not None and len(ids) == PROBE_TOKENS:
                 self.ids_known = all(t >= 0 for t in ids)
                 return dialect
         return Dialect.TEXT
+
+    async def _probe(self, probe: GenRequest, dialect: Dialect) -> list[int] | None:
+        """The probe's token ids in ``dialect``, or None if the server refused it. Asked twice when the connection
+        was lost: a server may close a kept-alive connection after refusing the dialect before."""
+        for attempt in range(2):
+            request = dataclasses.replace(probe, request_id=f"probe-{dialect.value}-{attempt}-{time.monotonic_ns()}")
+            try:
+                return [t async for chunk in self._stream(request, dialect) for t in chunk.token_ids]
+            except ConnectionLost as exc:
+                if attempt:
+                    log.info("%s: dialect %s: %s", self.name, dialect.value, exc)
+            except RequestRejected as exc:
+                log.info("%s: dialect %s refused (%s)", self.name, dialect.value, exc)
+                return None
+        return None
 
     def _info(self, scrape: Scrape | None) -> EngineInfo:
         args = {"base_url": self.endpoint.base_url, "served_model": self.model, "dialect": self.dialect.value,
@@ -235,26 +256,48 @@ class OpenAIEngine:
         try:
             async with self._session.post("v1/completions", data=body, headers=headers) as response:
                 if response.status != 200:
-                    raise RequestRejected(f"HTTP {response.status}: {(await response.text())[:300]}")
-                async for data in response.content.iter_any():  # one await per read, not per line
-                    now = time.perf_counter()
-                    if b"\r" in data:  # a server that ends lines with CRLF
-                        data = data.replace(b"\r\n", b"\n")
-                    *events, pending = (pending + data).split(b"\n\n")
-                    tokens: tuple[int, ...] = ()
-                    for raw in events:
-                        tokens += self._take(request, read_event(raw), made + len(tokens))
-                    if tokens:
-                        made += len(tokens)
-                        yield TokenChunk(now, tokens)
+                    reason = (await response.text())[:300]
+                    response.close()  # not back to the pool: a server's error reply may leave bytes that spoil the next
+                    raise RequestRejected(f"HTTP {response.status}: {reason}")
+                try:
+                    async for data in response.content.iter_any():  # one await per read, not per line
+                        now = time.perf_counter()
+                        buffer = pending + data
+                        if b"\r" in buffer:  # a server that ends lines with CRLF (a read may end between the two)
+                            buffer = buffer.replace(b"\r\n", b"\n")
+                        *events, pending = buffer.split(b"\n\n")
+                        tokens: tuple[int, ...] = ()
+                        for raw in events:
+                            tokens += self._take(request, read_event(raw), made + len(tokens))
+                        if tokens:
+                            made += len(tokens)
+                            yield TokenChunk(now, tokens)
+                except aiohttp.ClientPayloadError as exc:  # the body broke off: an error unless every token came
+                    if made == 0:
+                        raise ConnectionLost(f"the server closed the stream before any token ({exc})") from None
+                    if made < request.max_tokens:
+                        raise
                 if tail := self._take(request, read_event(pending), made):  # a last event without its blank line
+                    made += len(tail)
                     yield TokenChunk(time.perf_counter(), tail)
+            self._check_end(request, dialect, made)
         except TimeoutError:
-            raise RequestRejected(f"no answer from {self.endpoint.base_url} in {self.endpoint.timeout_s:g} s") from None
+            raise RequestRejected(f"no answer from {self.endpoint.base_url} in time (a connection gets 10 s, a "
+                                  f"request {self.endpoint.timeout_s:g} s)") from None
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+            raise ConnectionLost(f"{type(exc).__name__} from {self.endpoint.base_url}: {exc}") from None
         except aiohttp.ClientError as exc:
             raise RequestRejected(f"{type(exc).__name__} from {self.endpoint.base_url}: {exc}") from None
         finally:
             self._in_flight -= 1
+
+    @staticmethod
+    def _check_end(request: GenRequest, dialect: Dialect, made: int) -> None:
+        """A stream that ended with no token, or short of an exact length, is an error (what arrived is kept)."""
+        if made == 0:
+            raise RequestRejected("the server answered but sent no token")
+        if request.ignore_eos and dialect is not Dialect.TEXT and made < request.max_tokens:
+            raise RequestRejected(f"the stream ended after {made} of {request.max_tokens} tokens")
 
     def _take(self, request: GenRequest, event: dict | None, made: int) -> tuple[int, ...]:
         """The token ids one event adds: its own, and any that the server's final usage counts beyond those that
@@ -291,7 +334,7 @@ class OpenAIEngine:
         import aiohttp
 
         try:
-            async with self._session.get("metrics") as response:
+            async with self._session.get("metrics", timeout=aiohttp.ClientTimeout(total=2)) as response:
                 if response.status != 200:
                     return None
                 scrape = await asyncio.to_thread(parse_metrics, await response.text())
@@ -307,10 +350,18 @@ class OpenAIEngine:
             if busy or busy_before:
                 scrape = await self._scrape()
                 if scrape is not None:
-                    self._samples.add(to_sample(self.name, time.perf_counter(), scrape, self._last))
-                    self._last = scrape
+                    self._add_sample(scrape)
             busy_before = busy
             await asyncio.sleep(SCRAPE_EVERY_S)
+
+    def _add_sample(self, scrape: Scrape) -> None:
+        """One scrape as a sample; a scrape that cannot become one ends the KV samples, said once in the log."""
+        try:
+            self._samples.add(to_sample(self.name, time.perf_counter(), scrape, self._last))
+        except (TypeError, ValueError):
+            log.exception("%s: /metrics could not be read as samples; no more KV samples", self.name)
+            self.has_metrics = False
+        self._last = scrape
 
     def drain_samples(self):
         return self._samples.drain()

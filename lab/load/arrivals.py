@@ -22,9 +22,10 @@ def gaps_s(rate: float, arrival: str = "poisson", burstiness: float = 1.0, seed:
         rate: Requests per second (mean).
         arrival: One of ARRIVALS.
         burstiness: The gamma shape (gamma only).
-        seed: Same seed, same gaps.
+        seed: Same seed, same gaps (a stream of its own: the workload's lengths use Random(seed) too, and
+            gaps drawn from that same stream would follow the prompt lengths).
     """
-    rng = random.Random(seed)
+    rng = random.Random(f"arrivals:{seed}")
     while True:
         if arrival == "constant":
             yield 1.0 / rate

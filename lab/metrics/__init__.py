@@ -104,10 +104,16 @@ SLO_CHECKS = {"ttft": ttft_from_schedule_s, "tpot": tpot_s, "e2e": e2e_from_sche
 
 
 def meets_slo(record: RequestRecord, slo: Sequence[tuple[str, float]]) -> bool:
-    """Whether a completed request meets every target (a figure it lacks, e.g. TPOT of 1 token, passes)."""
+    """Whether a completed request meets every target (a TPOT it cannot have, with 1 token, passes; a missing
+    TTFT or E2E fails)."""
     if record.status != OK:
         return False
-    return all((value := SLO_CHECKS[name](record)) is None or value <= limit for name, limit in slo)
+
+    def meets(name: str, limit: float) -> bool:
+        value = SLO_CHECKS[name](record)
+        return value <= limit if value is not None else name == "tpot"
+
+    return all(meets(name, limit) for name, limit in slo)
 
 
 def itls_s(record: RequestRecord) -> list[float]:
@@ -250,11 +256,10 @@ RATIO_BASES = ("hf", "hf-cb")  # vLLM's speed is divided by each of these that r
 
 
 def ratio_pairs(engines: Sequence[str]) -> list[tuple[str, str]]:
-    """Which ratios a run shows, as (top, base): vLLM over HF and over HF-CB where they ran; without vLLM
-    (two servers, say), the second engine over the first."""
-    if "vllm" in engines:
-        return [("vllm", base) for base in RATIO_BASES if base in engines]
-    return [(engines[1], engines[0])] if len(engines) > 1 else []
+    """Which ratios a run shows, as (top, base): vLLM over HF and over HF-CB where they ran; otherwise (two
+    servers, or vLLM beside a server) the second engine over the first."""
+    pairs = [("vllm", base) for base in RATIO_BASES if "vllm" in engines and base in engines]
+    return pairs or ([(engines[1], engines[0])] if len(engines) > 1 else [])
 
 
 def ratio_key(top: str, base: str) -> str:
