@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
 from lab.engines.base import DTYPE_BYTES, kv_bytes_per_token
-from lab.engines.vllm import DEFAULT_CPU_KV_GIB
+from lab.engines.vllm import kv_budget_bytes
 from lab.environment import GIB, DeviceInfo, read_device
 from lab.load.workloads import longest_request
 
@@ -110,8 +110,8 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     vllm_bytes = kv_tokens = kv = None
     vllm_count = sum(name in VLLM_ENGINES for name in engines)  # vllm and vllm-engine: a pool each
     if vllm_count:
-        if config.kv_cache_gib is not None or device.kind == "cpu":
-            kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB)
+        kv = kv_budget_bytes(config)
+        if kv is not None:
             vllm_bytes = int(kv + weights)
             kv_tokens = int(kv // kv_per_token) if kv_per_token else None
             notes.append(f"vLLM: {gib(kv)} of KV cache + {gib(weights)} of weights")
@@ -171,7 +171,7 @@ def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int
     kv_cache_gib, transformers sizes its pool from what is free when it starts: only its weights are checked."""
     from lab.engines.hf_cb import BATCH_TOKENS
 
-    kv = int((config.kv_cache_gib or DEFAULT_CPU_KV_GIB) * GIB) if config.kv_cache_gib or device.kind == "cpu" else 0
+    kv = kv_budget_bytes(config) or 0
     tokens = kv // kv_per_token if kv and kv_per_token else 0
     mask = BATCH_TOKENS * (tokens + BATCH_TOKENS) * DTYPE_BYTES[config.dtype] if tokens else 0
     notes.append(f"HF-CB: {gib(weights)} of weights (its own copy) + "

@@ -27,9 +27,9 @@ from lab.engines.base import (
     check_fits,
     kv_bytes_per_token,
 )
+from lab.engines.vllm import kv_budget_bytes
 
 log = logging.getLogger(__name__)
-GIB = 1024**3
 PAGE_SIZE = 256  # tokens per KV block: transformers' default page size
 BATCH_TOKENS = 4096  # tokens one step may hold (a prefill chunk plus decodes); left unset, transformers sizes it
 # from free memory (46,542 on an H100), and its SDPA path keeps a mask of that x (cache + that) tokens: 36 GiB
@@ -39,17 +39,6 @@ SAMPLE_EVERY_S = 0.05  # the manager has no per-step hook the lab can use: its c
 def page_field(config_class) -> str:
     """The name of the tokens-per-block setting: page_size since transformers 5.18, block_size before."""
     return "page_size" if "page_size" in inspect.signature(config_class).parameters else "block_size"
-
-
-def kv_budget_bytes(config: EngineConfig) -> int | None:
-    """vLLM's KV budget (kv_cache_gib; the CPU default), so both paged engines get the same pool; on a GPU
-    without kv_cache_gib, None: transformers sizes it from free memory."""
-    from lab.engines.vllm import DEFAULT_CPU_KV_GIB
-
-    gib = config.kv_cache_gib
-    if gib is None and config.resolved_device() == "cpu":
-        gib = DEFAULT_CPU_KV_GIB
-    return None if gib is None else int(gib * GIB)
 
 
 def pool_blocks(config: EngineConfig, per_token: int) -> int | None:

@@ -96,6 +96,11 @@ def event_tokens(event: dict) -> tuple[int, ...] | None:
     return (-1,) if choice.get("text") else None  # text without ids: one token, id unknown
 
 
+def auth_headers(endpoint: Endpoint) -> dict:
+    """The bearer-token header the endpoint's key asks for (none without a key)."""
+    return {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+
+
 def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
     """Check before anything loads that an OpenAI server answers at the endpoint and takes its key.
 
@@ -106,7 +111,7 @@ def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
     import urllib.request
 
     url = endpoint.base_url.rstrip("/") + "/v1/models"
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = auth_headers(endpoint)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the engine: no proxy sees the key
     try:
         with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout_s):
@@ -159,7 +164,7 @@ class OpenAIEngine:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)  # no cap: the users are the cap
         timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=10)
         self._session = aiohttp.ClientSession(self.endpoint.base_url.rstrip("/") + "/", connector=connector,
-                                              timeout=timeout, headers=self._headers())
+                                              timeout=timeout, headers=auth_headers(self.endpoint))
         try:
             await self._read_models()
             self.dialect = await self._find_dialect()
@@ -170,10 +175,6 @@ class OpenAIEngine:
         self.has_metrics = scrape is not None
         self._scraper = asyncio.ensure_future(self._scrape_loop())
         return self._info(scrape)
-
-    def _headers(self) -> dict:
-        key = self.endpoint.api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _read_models(self) -> None:
         """The served model's name and max_model_len from /v1/models (if that fails, --served-model-name)."""

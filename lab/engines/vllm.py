@@ -58,14 +58,21 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         gpu_memory_utilization=config.gpu_memory_utilization,
         load_format=config.load_format,
     )
-    kv_gib = config.kv_cache_gib
-    if kv_gib is None and device == "cpu":
-        kv_gib = DEFAULT_CPU_KV_GIB
-    if kv_gib is not None:
-        kwargs["kv_cache_memory_bytes"] = int(kv_gib * GIB)
+    budget = kv_budget_bytes(config)
+    if budget is not None:
+        kwargs["kv_cache_memory_bytes"] = budget
     if config.num_kv_blocks is not None:
         kwargs["num_gpu_blocks_override"] = config.num_kv_blocks
     return kwargs
+
+
+def kv_budget_bytes(config: EngineConfig) -> int | None:
+    """The KV pool's bytes for vLLM (and HF-CB, given the same pool): kv_cache_gib, or the CPU default; None on a
+    GPU without kv_cache_gib, where vLLM takes gpu_memory_utilization of the card (transformers: of free memory)."""
+    gib = config.kv_cache_gib
+    if gib is None and config.resolved_device() == "cpu":
+        gib = DEFAULT_CPU_KV_GIB
+    return None if gib is None else int(gib * GIB)
 
 
 class VLLMEngine:

@@ -141,11 +141,16 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
     try:
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         raise
     return records
+
+
+async def cancel_all(tasks: list[asyncio.Task]) -> None:
+    """Cancel the tasks and wait until each has ended (each records its request as cancelled first)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run_open(engine: Engine, requests: Iterator[GenRequest], times_s: Iterator[float], cap: int,
@@ -187,9 +192,7 @@ async def run_open(engine: Engine, requests: Iterator[GenRequest], times_s: Iter
             tasks.append(asyncio.ensure_future(one(request, start + offset, index)))
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         raise
     return records
 
