@@ -21,18 +21,26 @@ same clock (time.perf_counter() is CLOCK_MONOTONIC, one clock for every process 
     other cpu   = CPU that processes other than the server and this client used meanwhile, and steal =
                   time the hypervisor took from this VM (shares of all cores); either above a few
                   percent disturbs the figures
+    gc max/all  = the client's longest garbage-collector pause while its streams ran, and all of them
+
+--repeats N runs the candidates in turn N times and adds a table of medians over the quiet repeats (other
+CPU and steal under 5%). --server-steps makes the server send like an engine: every gap, one pass sends the next token
+of every running stream, so the client gets up to --streams chunks at once (vLLM's decode step), not chunks
+spread by per-stream timers.
 
 Candidates: aiohttp and httpx written the plain way (a readline and a json.loads per SSE line), each on
 asyncio's default loop and on uvloop; aiohttp tuned (bodies encoded up front, whole
 reads split on blank lines, orjson, gc.freeze() after set-up); the lab's own OpenAIEngine
-(lab/engines/openai.py: as is, and with gc.freeze() after its start, ``lab.frozen``); ``vllm bench
+(lab/engines/openai.py: as is, and with gc.freeze() after its start as the CLI and app do, ``lab.frozen``;
+``lab.parsed`` is lab.frozen with its tokens stamped when parsed, not when their bytes arrived); ``vllm bench
 serve`` (vLLM's benchmark module, run from Python, random dataset, tqdm on as its users see it). Every
 candidate is named CLIENT-LOOP; ``--candidates`` lists them all (the default leaves out httpx-asyncio,
 ~65 s, for time). A candidate that fails shows its error in its row; the others still run. No figure is asserted: the VM
 this was written on stalls a busy vCPU for up to ~10 ms at times, so read p50s, and p99s with care.
 
 Usage: python -m bench.client_overhead [--streams 1000] [--rounds 2] [--tokens 16] [--gap-ms 100]
-       [--candidates aiohttp-uvloop,vllm-bench] [--json] [--keep DIR] [--server-impl raw|aiohttp]
+       [--candidates aiohttp-uvloop,vllm-bench] [--repeats 1] [--server-steps] [--json] [--keep DIR]
+       [--server-impl raw|aiohttp]
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import logging
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,12 +67,14 @@ log = logging.getLogger("client_overhead")
 MODEL = "fake"
 PROMPT_LEN = 32
 CANDIDATES = ("aiohttp-asyncio", "aiohttp-uvloop", "aiohttp.tuned-asyncio", "aiohttp.tuned-uvloop", "httpx-asyncio",
-              "httpx-uvloop", "lab-asyncio", "lab-uvloop", "lab.frozen-asyncio", "lab.frozen-uvloop", "vllm-bench")
+              "httpx-uvloop", "lab-asyncio", "lab-uvloop", "lab.frozen-asyncio", "lab.frozen-uvloop",
+              "lab.parsed-uvloop", "vllm-bench")
 # httpx-asyncio is left out by default only for time: ~65 s at the defaults (httpx spends ~2 ms of CPU per token at
 # 1,000 connections), and it lost to httpx-uvloop on every measure
 DEFAULT_CANDIDATES = ("aiohttp-asyncio", "aiohttp-uvloop", "aiohttp.tuned-uvloop", "httpx-uvloop", "lab-asyncio",
                       "lab-uvloop", "lab.frozen-uvloop", "vllm-bench")
 WORKER_TIMEOUT_S = 240
+QUIET_SHARE = 0.05  # a repeat is quiet when other processes, and the hypervisor, took less than this share meanwhile
 
 
 # ---- the client side (runs in the worker subprocess) ------------------------------------------
@@ -178,11 +189,15 @@ def make_lab_engine(url: str, tokenizer: str):
 
 
 async def lab_streams(url: str, ids: list[list[str]], tokens: dict[str, int], tokenizer: str,
-                      freeze: bool = False) -> dict:
+                      freeze: bool = False, on_arrival: bool = True) -> dict:
     """The lab's OpenAIEngine; a TokenChunk's time_s is its receive time. freeze: gc.freeze() after its start
-    (the transformers tokenizer it loads leaves ~370,000 objects that every full collection would walk)."""
+    (the transformers tokenizer it loads leaves ~370,000 objects that every full collection would walk).
+    on_arrival=False: stamp tokens when parsed (the engine before it noted arrivals)."""
+    from lab.engines import openai
     from lab.engines.base import GenRequest
 
+    if not on_arrival:
+        openai.note_arrivals = lambda connector: False
     engine = make_lab_engine(url, tokenizer)
     await engine.start()
     prompt = tuple(range(100, 100 + PROMPT_LEN))
@@ -218,9 +233,32 @@ async def run_slots(one, ids: list[list[str]], freeze: bool = False) -> dict:
     gc.collect()
     if freeze:
         gc.freeze()
+    pauses = GcPauses()
     cpu0_s = time.process_time()
-    await asyncio.gather(*(slot(own) for own in ids))
-    return {"requests": requests, "errors": errors, "cpu_s": time.process_time() - cpu0_s}
+    with pauses:
+        await asyncio.gather(*(slot(own) for own in ids))
+    return {"requests": requests, "errors": errors, "cpu_s": time.process_time() - cpu0_s, "gc_pauses_s": pauses.by_gen}
+
+
+class GcPauses:
+    """The garbage collector's pauses while the streams run, per generation (gc.callbacks)."""
+
+    def __init__(self):
+        self.by_gen: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._began_s = 0.0
+
+    def __enter__(self):
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began_s = time.perf_counter()
+        else:
+            self.by_gen[info["generation"]].append(time.perf_counter() - self._began_s)
 
 
 def vllm_bench(url: str, prefix: str, streams: int, rounds: int, tokens: int, spread: float, tokenizer: str,
@@ -266,8 +304,9 @@ def run_worker(args: argparse.Namespace) -> None:
         ids = [[f"{prefix}{r * args.streams + s}" for r in range(args.rounds)] for s in range(args.streams)]
         tokens = {f"{prefix}{i}": request_tokens(i, args.tokens, args.spread)
                   for i in range(args.streams * args.rounds)}
-        if client in ("lab", "lab.frozen"):
-            coro = lab_streams(args.url, ids, tokens, args.tokenizer, freeze=client == "lab.frozen")
+        if client.startswith("lab"):
+            coro = lab_streams(args.url, ids, tokens, args.tokenizer, freeze=client != "lab",
+                               on_arrival=client != "lab.parsed")
         else:
             streams = {"aiohttp": aiohttp_streams, "aiohttp.tuned": aiohttp_tuned_streams,
                        "httpx": httpx_streams}[client]
@@ -306,6 +345,8 @@ class Row:
     server_cpu_us_per_token: float | None = None
     other_cpu_share: float | None = None
     steal_share: float | None = None
+    gc_max_ms: float | None = None  # the client's longest garbage-collector pause while its streams ran
+    gc_total_ms: float | None = None
     wall_s: float | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -343,6 +384,9 @@ def figures(name: str, client: dict, stamps: dict, streams: int, rounds: int) ->
     if starts:
         row.open_all_s = max(burst_arrivals) - min(starts)
     row.server_late_p99_ms = stamps.get("late_ms", {}).get("p99")
+    if (pauses := client.get("gc_pauses_s")) is not None:
+        every = [p for gen in pauses.values() for p in gen]
+        row.gc_max_ms, row.gc_total_ms = max(every, default=0.0) * 1e3, sum(every) * 1e3
     row.connections = stamps.get("connections")
     if per_token:
         if client.get("cpu_s") is not None:
@@ -374,10 +418,10 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_candidate(name: str, url: str, args: argparse.Namespace, workdir: Path) -> Row:
+def run_candidate(name: str, url: str, args: argparse.Namespace, workdir: Path, tag: str = "") -> Row:
     """Run one candidate's worker subprocess and turn its output and the server's stamps into a Row."""
     fetch_stamps(url, reset=True)
-    out = workdir / f"{name}.json"
+    out = workdir / f"{name}{tag}.json"
     cmd = [sys.executable, "-m", "bench.client_overhead", "--worker", name, "--url", url,
            "--streams", str(args.streams), "--rounds", str(args.rounds), "--tokens", str(args.tokens),
            "--spread", str(args.spread),
@@ -385,7 +429,7 @@ def run_candidate(name: str, url: str, args: argparse.Namespace, workdir: Path) 
            "--client-cpu", str(args.client_cpu)]
     log.info("running %s: %d streams x %d rounds x %d tokens", name, args.streams, args.rounds, args.tokens)
     began, (busy0, steal0), kids0 = time.perf_counter(), busy_and_steal_s(), children_cpu_s()
-    with open(workdir / f"{name}.log", "w") as sink:
+    with open(workdir / f"{name}{tag}.log", "w") as sink:
         try:
             proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -393,11 +437,11 @@ def run_candidate(name: str, url: str, args: argparse.Namespace, workdir: Path) 
     wall_s, client_s = time.perf_counter() - began, children_cpu_s() - kids0
     busy1, steal1 = busy_and_steal_s()
     if proc.returncode != 0 or not out.exists():
-        tail = (workdir / f"{name}.log").read_text().strip().splitlines()[-1:] or ["no output"]
+        tail = (workdir / f"{name}{tag}.log").read_text().strip().splitlines()[-1:] or ["no output"]
         return Row(name, requests=args.streams * args.rounds, errors=[f"exit {proc.returncode}: {tail[0][:200]}"])
     stamps = fetch_stamps(url)
     if args.keep:
-        (workdir / f"{name}.stamps.json").write_text(json.dumps(stamps))
+        (workdir / f"{name}{tag}.stamps.json").write_text(json.dumps(stamps))
     row = figures(name, json.loads(out.read_text()), stamps, args.streams, args.rounds)
     row.wall_s = wall_s
     cores_s = wall_s * os.cpu_count()
@@ -428,6 +472,7 @@ COLUMNS = (  # group, header, Row field (None: done/requests), width, format
     ("all", "tok+ p50", "token_added_p50_ms", 8, ".2f"), ("all", "p99", "token_added_p99_ms", 6, ".1f"),
     ("", "open all s", "open_all_s", 10, ".2f"), ("", "conns", "connections", 5, "d"),
     ("", "cpu us/tok", "client_cpu_us_per_token", 10, ".1f"),
+    ("", "gc max", "gc_max_ms", 6, ".1f"), ("", "gc all", "gc_total_ms", 6, ".0f"),
     ("", "srv late p99", "server_late_p99_ms", 12, ".1f"), ("", "other cpu", "other_cpu_share", 9, ".0%"),
     ("", "steal", "steal_share", 5, ".0%"),
 )
@@ -454,7 +499,8 @@ def group_line() -> str:
 def table(rows: list[Row], args: argparse.Namespace) -> str:
     head = " ".join(cell(h, w, i == 0) for i, (_, h, _, w, _) in enumerate(COLUMNS))
     lines = [f"{args.streams} streams x {args.rounds} rounds x {args.tokens} tokens (+-{args.spread:.0%}), "
-             f"{args.gap_ms:g} ms apart (first after {args.first_ms:g} ms); server ({args.server_impl}) on core "
+             f"{args.gap_ms:g} ms apart (first after {args.first_ms:g} ms{', in shared steps' * args.server_steps}); "
+             f"server ({args.server_impl}) on core "
              f"{args.server_cpu}, each client on core {args.client_cpu}; times in ms",
              group_line(), head, "-" * len(head)]
     for r in rows:
@@ -485,10 +531,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "asyncio variants of httpx and of the tuned and frozen clients)")
     parser.add_argument("--port", type=int, default=None, help="the fake server's port (default: a free one)")
     parser.add_argument("--server-impl", choices=("raw", "aiohttp"), default="raw")
+    parser.add_argument("--server-steps", action="store_true", help="engine-like timing: every gap, every "
+                        "running stream's next token leaves in one pass (a burst of --streams chunks)")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder for the lab's engine and vllm-bench "
                         "(default: the embedded model's folder)")
+    parser.add_argument("--repeats", type=int, default=1, help="run every candidate this many times, in turn "
+                        "(a, b, a, b, ...), and add a table of the medians over the repeats")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     parser.add_argument("--keep", default=None, help="keep the clients' raw results and logs in this folder")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -508,10 +558,12 @@ def run_all(args: argparse.Namespace) -> list[Row]:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         with serve_in_subprocess(args.port or free_port(), gap_ms=args.gap_ms, first_ms=args.first_ms,
-                                 cpu=args.server_cpu, model=MODEL, impl=args.server_impl) as url:
-            for name in names:
+                                 cpu=args.server_cpu, model=MODEL, impl=args.server_impl,
+                                 steps=args.server_steps) as url:
+            for turn, name in enumerate(names * args.repeats):
+                tag = f".{turn // len(names)}" if args.repeats > 1 else ""  # --keep keeps every repeat's files
                 try:
-                    rows.append(run_candidate(name, url, args, workdir))
+                    rows.append(run_candidate(name, url, args, workdir, tag))
                 except Exception as error:  # noqa: BLE001 - one candidate's failure is its row, not the run's
                     rows.append(Row(name, requests=args.streams * args.rounds,
                                     errors=[f"{type(error).__name__}: {error}"]))
@@ -520,6 +572,29 @@ def run_all(args: argparse.Namespace) -> list[Row]:
                          row.requests, fmt(row.burst_ttft_added_p50_ms), fmt(row.ttft_added_p50_ms),
                          "; ".join(row.errors) or "no errors")
     return rows
+
+
+def medians(rows: list[Row]) -> list[Row]:
+    """One row per candidate: each figure's median over its quiet repeats (other processes and the hypervisor's
+    steal each under 5% of the CPU meanwhile; all repeats where none was quiet), errors of every repeat."""
+    by_name: dict[str, list[Row]] = {}
+    for row in rows:
+        by_name.setdefault(row.candidate, []).append(row)
+    return [median_row(name, repeats) for name, repeats in by_name.items()]
+
+
+def median_row(name: str, repeats: list[Row]) -> Row:
+    quiet = [r for r in repeats if r.other_cpu_share is not None and r.other_cpu_share < QUIET_SHARE
+             and (r.steal_share or 0.0) < QUIET_SHARE]
+    merged = Row(f"{name} {len(quiet)}/{len(repeats)}q" if quiet else f"{name} x{len(repeats)}",
+                 errors=[e for r in repeats for e in r.errors])
+    repeats = quiet or repeats
+    merged.completed, merged.requests = sum(r.completed for r in repeats), sum(r.requests for r in repeats)
+    for key in asdict(merged):
+        found = [getattr(r, key) for r in repeats if isinstance(getattr(r, key), (int, float))]
+        if key not in ("candidate", "completed", "requests", "errors") and found:
+            setattr(merged, key, type(found[0])(statistics.median(found)))
+    return merged
 
 
 def main() -> None:
@@ -531,12 +606,16 @@ def main() -> None:
     args.tokenizer = args.tokenizer or default_tokenizer()
     rows = run_all(args)
     if args.json:
-        keys = ("streams", "rounds", "tokens", "spread", "gap_ms", "first_ms", "server_impl", "server_cpu",
-                "client_cpu")
-        print(json.dumps({"settings": {k: getattr(args, k) for k in keys}, "rows": [asdict(r) for r in rows]},
-                         indent=1))
+        keys = ("streams", "rounds", "repeats", "tokens", "spread", "gap_ms", "first_ms", "server_impl", "server_steps",
+                "server_cpu", "client_cpu")
+        print(json.dumps({"settings": {k: getattr(args, k) for k in keys}, "rows": [asdict(r) for r in rows],
+                          "medians": [asdict(r) for r in medians(rows)]}, indent=1))
     else:
         print(table(rows, args))
+        if args.repeats > 1:
+            print(f"\nMedians over the quiet repeats of {args.repeats} (candidates run in turn; 'k/nq': k of n repeats "
+                  f"had other processes and steal under {QUIET_SHARE:.0%} of the CPU; 'xn': none did, all n counted):")
+            print(table(medians(rows), args))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,16 @@
-"""What does watching cost? vLLM tok/s of one short run with the dashboard open vs from the CLI.
+"""What does watching cost? Output tok/s of the same run with the dashboard open vs from the CLI.
 
-1. Starts app.py (both engines loaded, as in the demo) and opens the page in headless Chromium, whose
-   timer redraws every plot once a second while the run goes; the run is started through the app's API.
-2. Stops the app, then runs the same plan with ``python -m lab bench`` (no UI at all).
-Both on this machine, one after the other, printed side by side as a ratio per user level.
-Each level runs --repeats times on each side; the table gives the mean and the range over the repeats.
-Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32] [--repeats 3]
+1. Starts app.py (the engines given, with the engine options given) and, once it is ready, runs the plan
+   through the app's API with no page open (``app, no page``: the same process, Gradio serving nothing).
+2. Opens the page in headless Chromium, whose timer redraws the live plots once a second, and runs the
+   same plan again (``page open``).
+3. Stops the app, then runs the same plan with ``python -m lab bench`` and the same engine options (no UI).
+All on this machine, one after the other, printed side by side as ratios per engine and user level; each
+level runs --repeats times on each side (mean [min-max] over the repeats). The app's process CPU seconds
+of steps 1 and 2 are printed too: what the page costs the interpreter that also drives the engines.
+Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32]
+       [--repeats 3] [--engines vllm] [--chromium PATH] [--out DIR] [engine options of lab bench]
+e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64
 """
 
 from __future__ import annotations
@@ -20,10 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.__main__ import add_engine_args
 from lab.metrics import tok_s_spreads
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SIDES = ("no_page", "page", "cli")
+READY_JS = ("(() => { const e = document.querySelector('#load-status'); "
+            "return e && e.textContent.includes('ready'); })()")
 
 
 def free_port() -> int:
@@ -32,69 +41,170 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def dashboard_run(args) -> dict:
-    """The run through the app, with its page open in a browser; returns summary.json."""
-    from gradio_client import Client
-    from playwright.sync_api import sync_playwright
+def engine_argv(args: argparse.Namespace) -> list[str]:
+    """The engine options that differ from their defaults, as argv for app.py and ``lab bench`` alike."""
+    defaults = argparse.ArgumentParser()
+    add_engine_args(defaults)
+    argv = []
+    for action in defaults._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(action, argparse._HelpAction) or value == action.default:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(value, bool):
+            argv += [flag] if value else []
+        elif isinstance(value, list):
+            argv += [part for item in value for part in (flag, str(item))]
+        else:
+            argv += [flag, str(value)]
+    return argv
 
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def app_runs(args) -> dict:
+    """Steps 1 and 2 in one app process; returns each side's summary.json and the app's CPU seconds."""
     port = free_port()
-    log = open(Path(tempfile.gettempdir()) / "kvlab-dashboard-bench.log", "w")
-    app = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    log = open(Path(args.out) / "app.log", "w")
+    app = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--engines", args.engines,
+                            *engine_argv(args)], stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}/"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-            page = None
-            for _ in range(600):
-                try:
-                    page = page or browser.new_page()
-                    page.goto(url)
-                    break
-                except Exception:  # noqa: BLE001 - the server is still starting
-                    time.sleep(0.5)
-            page.wait_for_function(
-                "(() => { const e = document.querySelector('#load-status'); "
-                "return e && e.innerText.includes('ready'); })()",
-                timeout=600_000)
-            client = Client(url, verbose=False)
-            summary = json.loads(client.predict("vllm", args.users, args.workload, args.output_len,
-                                                args.requests_per_user, args.repeats, api_name="/run_and_wait"))
-            browser.close()
-        return summary
+        client = _client_when_ready(url, app, args)
+        found = {"no_page": _timed_run(client, app.pid, args)}
+        with _page_open(url, args):
+            found["page"] = _timed_run(client, app.pid, args)
+        return found
     finally:
         app.terminate()
         app.wait(60)
 
 
+def _client_when_ready(url: str, app: subprocess.Popen, args):
+    """A gradio_client Client once the app answers and its engines are loaded (one warm-up run)."""
+    from gradio_client import Client
+
+    deadline = time.monotonic() + args.ready_timeout_s
+    while time.monotonic() < deadline:
+        if app.poll() is not None:
+            raise RuntimeError(f"app.py exited ({app.returncode}): see {args.out}/app.log")
+        try:
+            client = Client(url, verbose=False)
+            reply = json.loads(client.predict(args.engines, "1", args.workload, 8, 1, 1, api_name="/run_and_wait"))
+        except Exception:  # noqa: BLE001 - the server is still starting
+            time.sleep(1)
+            continue
+        if not reply.get("error"):  # a summary (its own "error" is empty) rather than a refusal
+            return client
+        if "failed" in reply["error"]:
+            raise RuntimeError(f"the app could not load its engines: {reply['error']}")
+        time.sleep(1)
+    raise TimeoutError(f"the app was not ready within {args.ready_timeout_s} s")
+
+
+def _timed_run(client, pid: int, args) -> dict:
+    """The plan through /run_and_wait; its summary, with the app process's CPU seconds and the wall time."""
+    cpu, began = cpu_seconds(pid), time.monotonic()
+    summary = json.loads(client.predict(args.engines, args.users, args.workload, args.output_len,
+                                        args.requests_per_user, args.repeats, api_name="/run_and_wait"))
+    if summary.get("error"):
+        raise RuntimeError(summary["error"])
+    summary["app_cpu_s"], summary["wall_s"] = cpu_seconds(pid) - cpu, time.monotonic() - began
+    return summary
+
+
+class _page_open:
+    """The dashboard open in headless Chromium (its timer ticking) for the duration of a ``with``."""
+
+    def __init__(self, url: str, args):
+        self.url, self.args = url, args
+
+    def __enter__(self):
+        from playwright.sync_api import sync_playwright
+
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(executable_path=self.args.chromium,
+                                                       args=CHROMIUM_ARGS + self.args.chromium_arg)
+        page = self.browser.new_page(viewport={"width": 1280, "height": 720})
+        page.goto(self.url)
+        page.wait_for_function(READY_JS, timeout=60_000)
+        return page
+
+    def __exit__(self, *exc) -> None:
+        self.browser.close()
+        self.playwright.stop()
+
+
 def cli_run(args) -> dict:
+    """Step 3: the same plan through ``python -m lab bench`` with the same engine options."""
     out = Path(tempfile.mkdtemp(prefix="kvlab-cli-bench-"))
-    subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", "vllm", "--users", args.users,
-                    "--workload", args.workload, "--output-len", str(args.output_len),
-                    "--requests-per-user", str(args.requests_per_user), "--repeats", str(args.repeats),
-                    "--out", str(out)],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(Path(args.out) / "cli.log", "w") as log:
+        subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", args.engines, "--users", args.users,
+                        "--workload", args.workload, "--output-len", str(args.output_len),
+                        "--requests-per-user", str(args.requests_per_user), "--repeats", str(args.repeats),
+                        "--out", str(out), *engine_argv(args)], check=True, stdout=log, stderr=subprocess.STDOUT)
     return json.loads((out / "summary.json").read_text())
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", default="1,5,10")
     parser.add_argument("--requests-per-user", type=int, default=2)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--workload", default="mixed")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--engines", default="vllm", help="loaded and measured on every side (comma list)")
+    parser.add_argument("--chromium", default="/usr/bin/chromium", help="the browser Playwright launches")
+    parser.add_argument("--chromium-arg", action="append", default=[], help="one more browser flag (repeat)")
+    parser.add_argument("--ready-timeout-s", type=float, default=900)
+    parser.add_argument("--out", default=None, help="folder for the summaries, logs and table (default: a temp dir)")
+    add_engine_args(parser)
+    args = parser.parse_args(argv)
+    args.out = args.out or tempfile.mkdtemp(prefix="kvlab-dashboard-bench-")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    dashboard = dashboard_run(args)
+    found = app_runs(args)
+    _kept(found, args)
     time.sleep(3)
-    cli = cli_run(args)
-    tok = {name: {users: found for (engine, users), found in tok_s_spreads(s["runs"]).items() if engine == "vllm"}
-           for name, s in (("dashboard", dashboard), ("cli", cli))}
-    print(f"{'users':>5} {'dashboard open':>22} {'CLI':>22} {'dashboard/CLI':>14}   "
-          f"(vLLM output tok/s: mean [min-max] of {args.repeats} repeats)")
-    for users in sorted(tok["cli"]):
-        d, c = tok["dashboard"][users], tok["cli"][users]
-        print(f"{users:>5} {_spread(d):>22} {_spread(c):>22} {d.mean / c.mean:>14.2f}")
+    found["cli"] = cli_run(args)
+    _kept(found, args)
+    table = ratio_table(found, args)
+    (Path(args.out) / "table.txt").write_text(table + "\n")
+    print(table)
+
+
+def _kept(found: dict, args) -> None:
+    """Write what is measured so far (a run cut short keeps its sides) and say each side's tok/s."""
+    (Path(args.out) / "summaries.json").write_text(json.dumps(found, default=str))
+    for side, summary in found.items():
+        means = {key: round(s.mean, 1) for key, s in sorted(tok_s_spreads(summary["runs"]).items())}
+        print(f"{side}: output tok/s {means}", flush=True)
+
+
+def ratio_table(found: dict, args) -> str:
+    """One row per engine and user level: each side's output tok/s and the ratios."""
+    spreads = {side: tok_s_spreads(found[side]["runs"]) for side in SIDES}
+    lines = [f"{'engine':>8} {'users':>5} {'app, no page':>22} {'page open':>22} {'CLI':>22} "
+             f"{'page/CLI':>9} {'page/no page':>12}   (output tok/s: mean [min-max] of {args.repeats} repeats)"]
+    for key in sorted(spreads["cli"]):
+        row = [spreads[side].get(key) for side in SIDES]
+        if None in row:
+            continue
+        no_page, page, cli = row
+        lines.append(f"{key[0]:>8} {key[1]:>5} {_spread(no_page):>22} {_spread(page):>22} {_spread(cli):>22} "
+                     f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}")
+    lines.append("app process CPU s (wall s): " + ", ".join(
+        f"{side} {found[side]['app_cpu_s']:.1f} ({found[side]['wall_s']:.1f})" for side in SIDES[:2]))
+    return "\n".join(lines)
 
 
 def _spread(found) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from lab.config import SHORT_NAMES
@@ -19,7 +20,6 @@ from lab.metrics import (
     ratio_from_key,
     ratio_spreads,
     thin_levels,
-    throughput_series,
     tok_s_spreads,
 )
 from lab.metrics.kv import used_blocks
@@ -39,6 +39,13 @@ LATENCY_COLUMNS = ["engine", "users", "repeat", "status", "done", "errors", "out
     f"{metric} {q}" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]  # in ms (the table's title)
 MIB = 1024**2
 MAX_POINTS = 600  # per live line: a GPU makes thousands of engine steps a minute, and the page redraws each second
+_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
+             automargin=True, title=dict(standoff=15))
+# plotly_white's look in the few settings these figures use: setting template="plotly_white" deep-copies
+# (and the page then receives) its whole 6.7 KB, which made up most of a live redraw's time
+LOOK = go.layout.Template(layout=dict(font=dict(color="#2a3f5f"), paper_bgcolor="white", plot_bgcolor="white",
+                                      colorway=pio.templates["plotly"].layout.colorway, hovermode="closest",
+                                      title=dict(x=0.05), xaxis=_AXIS, yaxis=_AXIS))
 
 
 def _short(engine: str) -> str:
@@ -51,7 +58,7 @@ def _label(engine: str) -> str:
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=340, margin=dict(l=50, r=20, t=60, b=90),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3), template="plotly_white")
+                      legend=dict(orientation="h", yanchor="top", y=-0.3), template=LOOK)
     if not fig.data:  # no made-up axes: say there is nothing yet
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
@@ -59,15 +66,15 @@ def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
     return fig
 
 
-def throughput_figure(result: RunResult, bucket_s: float = 1.0) -> go.Figure:
-    """Output tok/s over time: one panel per user level, both engines over the same axis (seconds since
-    that engine's level began: levels run one engine after the other, so on one time axis they never meet)."""
+def throughput_figure(result: RunResult) -> go.Figure:
+    """Output tok/s over time, per second: one panel per user level, both engines over the same axis (seconds
+    since that engine's level began: levels run one engine after the other, so on one time axis they never meet)."""
     users = list(dict.fromkeys(lvl.users for lvl in result.levels if lvl.records))
     fig = make_subplots(rows=1, cols=max(1, len(users)), shared_yaxes=True,
                         subplot_titles=[f"{u} user{'s' if u > 1 else ''}" for u in users] or None)
     for col, level_users in enumerate(users, 1):
         for lvl in (lvl for lvl in result.levels if lvl.users == level_users and lvl.records):
-            series = throughput_series(lvl.records, bucket_s, origin_s=min(r.send_s for r in lvl.records))
+            series = lvl.throughput()
             fig.add_trace(go.Scatter(x=[x for x, _ in series], y=[y for _, y in series], mode="lines",
                                      name=_label(lvl.engine), legendgroup=lvl.engine,
                                      showlegend=col == 1 and lvl.repeat == 0, opacity=1.0 if lvl.repeat == 0 else 0.5,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.plots import ENGINE_COLORS, MIB
+from lab.plots import ENGINE_COLORS, LOOK, MIB
 
 PANELS = ("output tok/s", "TTFT / TPOT p50 (ms)", "KV cache", "engine restart (s)")
 DASHES = ("solid", "dash", "dot", "dashdot")
@@ -45,7 +45,7 @@ def sweep_figure(sweep: dict) -> go.Figure:
     _line(fig, xs, _col(points, "restart_s"), "restart", "restart", "solid", 2, 2)
     fig.update_xaxes(type="category", title_text=sweep.get("knob", ""))
     fig.update_layout(title=f"Sweep of {sweep.get('knob', '')} ({sweep.get('status', '')})", height=620,
-                      margin=dict(l=50, r=20, t=70, b=40), template="plotly_white",
+                      margin=dict(l=50, r=20, t=70, b=40), template=LOOK,
                       legend=dict(orientation="h", y=-0.12))
     return fig
 

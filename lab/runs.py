@@ -34,6 +34,7 @@ from lab.metrics import (
     ratio_spreads,
     ratios_by_users,
     summarize,
+    throughput_series,
     tok_s_spreads,
     tpot_s,
     ttft_s,
@@ -42,6 +43,7 @@ from lab.metrics.kv import held_series, kv_summary
 from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
+FINAL_AFTER_S = 2.0  # a live KV row is kept once the sample after it is this old (see LevelResult._held_live)
 
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
 RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
@@ -63,7 +65,11 @@ class LevelResult:
     kv: dict = field(default_factory=dict)
     sent: list[RequestRecord] = field(default_factory=list)  # every request sent, filling in live
     kv_series: list[tuple] | None = None  # lab.metrics.kv.held_series, kept once the level has ended
+    tok_s_series: list[tuple] | None = None  # lab.metrics.throughput_series, kept once the level has ended
     slo: tuple = ()  # the plan's latency targets (goodput)
+    # held_series rows that no longer change and the first sample whose row may: one attribute, so that two
+    # pages redrawing at once see a consistent pair
+    _live: tuple[list, int] = field(default_factory=lambda: ([], 0), repr=False)
 
     def in_flight(self) -> list[RequestRecord]:
         """Requests sent and not yet ended (their records grow as tokens arrive)."""
@@ -79,14 +85,40 @@ class LevelResult:
             info.kv_block_size if info else None,
         )
         self.kv_series = self._held_now(info)
+        self.tok_s_series = self.throughput()
 
     def kv_held(self, info: EngineInfo | None) -> list[tuple]:
-        """The KV the engine held and the real tokens in it, over time (kept once the level has ended:
-        redrawing a live page every second must not recompute finished levels)."""
-        return self.kv_series if self.kv_series is not None else self._held_now(info)
+        """The KV the engine held and the real tokens in it, over time (kept once the level has ended, and
+        while it runs, computed only for the samples since the last call: the live page redraws it every
+        second, in the interpreter that drives the engines)."""
+        return self.kv_series if self.kv_series is not None else self._held_live(info)
+
+    def throughput(self) -> list[tuple]:
+        """Output tok/s in each second since the level's first send (kept once the level has ended)."""
+        if self.tok_s_series is not None:
+            return self.tok_s_series
+        return throughput_series(self.records, origin_s=min(r.send_s for r in self.records)) if self.records else []
 
     def _held_now(self, info: EngineInfo | None) -> list[tuple]:
         return held_series(self.engine, self.samples, self.records, info.kv_bytes_per_token if info else None)
+
+    def _held_live(self, info: EngineInfo | None) -> list[tuple]:
+        """held_series of the running level over every request sent (in flight too), computed only from the
+        first sample whose row may still change. A row is final once the next sample is FINAL_AFTER_S old: its
+        step's tokens, a new request's first token and a finished one's end have reached the records by then
+        (a step's tokens reach them up to a flush later than the step, an end after its stream closes)."""
+        kept, start = self._live
+        fresh = self.samples[start:]
+        since = fresh[0].time_s if fresh else 0.0
+        holding = [r for r in self.sent if r.end_s is None or r.end_s >= since]
+        rows = held_series(self.engine, fresh, holding, info.kv_bytes_per_token if info else None)
+        if len(rows) != len(fresh):  # some samples made no row: no row is matched to its sample, none kept
+            return kept + rows
+        settled = time.perf_counter() - FINAL_AFTER_S
+        final = next((i for i, later in enumerate(fresh[1:]) if later.time_s >= settled), len(fresh) - 1)
+        if final:
+            self._live = (kept + rows[:final], start + final)
+        return kept + rows
 
 
 @dataclass

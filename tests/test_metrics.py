@@ -127,3 +127,62 @@ def test_goodput_fails_a_request_without_a_first_token_but_lets_one_token_pass_t
     late = RequestRecord("e", 1, 0, "r", send_s=1.0, prompt_tokens=4, max_tokens=1, first_token_s=1.2, end_s=1.2,
                          token_times_s=[1.2], scheduled_s=0.5)
     assert not meets_slo(late, (("ttft", 0.5),))  # 0.5 s queued + 0.2 s: counted from the schedule
+
+
+def _naive_usage_rows(samples, records):
+    """vllm_usage_series by its definition: every request's tokens_held at every sample's next sample."""
+    from lab.metrics.kv import blocks_held, tokens_held, used_blocks
+
+    nexts = [s.time_s for s in samples[1:]] + [float("inf")]
+    return [(s.time_s, used_blocks(s) * s.kv_block_size, sum(tokens_held(r, t) for r in records), used_blocks(s),
+             sum(blocks_held(r, t, s.kv_block_size) for r in records), s.running)
+            for s, t in zip(samples, nexts, strict=True)]
+
+
+def _ragged_level():
+    """Requests that start, stream and end at different times (one never started, one still running)."""
+    records = [record(0.0, [0.1, 0.2, 0.3]), record(0.05, [0.15, 0.25, 0.35, 0.45, 0.55], prompt=20),
+               record(0.3, [0.4, 0.6], prompt=3), record(0.5, [])]
+    records[-1].end_s = None
+    records[1].end_s = None  # in flight: holds its tokens to the end
+    samples = [EngineSample("vllm", t / 20, 2, 0, kv_usage=0.01 * (t % 5), kv_total_blocks=100, kv_block_size=2)
+               for t in range(14)]
+    return samples, records
+
+
+def test_kv_usage_series_sweeps_the_requests_in_flight_and_matches_its_definition():
+    from lab.metrics.kv import vllm_usage_series
+
+    samples, records = _ragged_level()
+    assert vllm_usage_series(samples, records) == _naive_usage_rows(samples, records)
+    shuffled = samples[::2] + samples[1::2]  # samples out of order: the sweep starts again, same rows
+    assert vllm_usage_series(shuffled, records) == _naive_usage_rows(shuffled, records)
+
+
+def test_a_live_level_computes_only_its_new_kv_rows_and_agrees_with_a_full_computation():
+    from lab.runs import LevelResult
+
+    samples, records = _ragged_level()
+    level = LevelResult(engine="vllm", users=2, planned=4, sent=records)
+    for count in (1, 5, 6, 14):  # samples arrive while the page redraws
+        level.samples = samples[:count]
+        assert level.kv_held(None) == _naive_usage_rows(samples[:count], records)
+    assert level._live[1] == 13  # every row but the last was kept: their next samples are long past
+
+
+def test_a_live_kv_row_is_kept_only_once_the_sample_after_it_has_settled():
+    """A step's tokens and a request's end reach the records a little after the step's sample: rows whose next
+    sample is recent are computed again at the next redraw, and see what arrived meanwhile."""
+    import dataclasses
+    import time
+
+    from lab.runs import LevelResult
+
+    samples, records = _ragged_level()
+    now = time.perf_counter()
+    recent = [dataclasses.replace(s, time_s=now + s.time_s) for s in samples]
+    moved = [dataclasses.replace(r, send_s=now + r.send_s, first_token_s=r.first_token_s and now + r.first_token_s,
+                                 end_s=r.end_s and now + r.end_s, token_times_s=[now + t for t in r.token_times_s])
+             for r in records]
+    level = LevelResult(engine="vllm", users=2, planned=4, sent=moved, samples=recent)
+    assert level.kv_held(None) == _naive_usage_rows(recent, moved) and level._live[1] == 0

@@ -1,7 +1,9 @@
 """The endpoint engine's pure parts (lab/engines/openai.py): request bodies per dialect, SSE events, and
 token counts settled by the server's usage. The real servers are in test_serve.py."""
 
+import asyncio
 import json
+import time
 
 import pytest
 
@@ -39,3 +41,56 @@ def test_usage_settles_the_count_across_events_of_one_read():
         tokens += engine._take(REQUEST, event, len(tokens))
     assert tokens == (-1, -1, -1, -1)  # two text chunks, then two more the server counted
     assert engine._take(REQUEST, {"choices": [], "usage": {"completion_tokens": 4}}, 4) == ()  # exact: nothing added
+
+
+@pytest.mark.parametrize("steps", [False, True], ids=["own-timers", "engine-steps"])
+def test_tokens_are_stamped_when_their_bytes_arrive_never_before_they_were_sent(steps):
+    """Against the bench's fake server, which stamps each chunk right before its write: every token's time is
+    at or after its send (one clock), counts are exact, and the engine says its times are arrivals."""
+    from bench.fake_openai_server import fetch_stamps, free_port, serve_in_subprocess
+    from lab.model import resolve_model
+    from lab.session import run_async
+
+    async def stream_two(url: str):
+        engine = OpenAIEngine(Endpoint(url, model="fake"), EngineConfig(), resolve_model(None))
+        info = await engine.start()
+        try:
+            runs = [[c async for c in engine.stream(GenRequest(f"t{i}", (5, 6, 7), 6))] for i in range(2)]
+        finally:
+            await engine.stop()
+        return info, runs
+
+    with serve_in_subprocess(free_port(), gap_ms=10, first_ms=5, steps=steps) as url:
+        info, runs = run_async(stream_two(url))
+        sent = fetch_stamps(url)["requests"]
+    assert info.args["token_times"] == "arrival"
+    for i, chunks in enumerate(runs):
+        times = [c.time_s for c in chunks for _ in c.token_ids]
+        assert len(times) == 6 and times == sorted(times)
+        assert all(got >= left for got, left in zip(times, sent[f"t{i}"]["sent_s"], strict=True))
+
+
+def test_a_consumer_that_reads_late_still_gets_the_arrival_times():
+    """Tokens that reached the socket while the consumer was busy keep their arrival time, not the time they
+    were read (one chunk then holds them all, stamped with the last arrival: never after the consumer woke)."""
+    from bench.fake_openai_server import free_port, serve_in_subprocess
+    from lab.model import resolve_model
+    from lab.session import run_async
+
+    async def read_late(url: str):
+        engine = OpenAIEngine(Endpoint(url, model="fake"), EngineConfig(), resolve_model(None))
+        await engine.start()
+        try:
+            stream, woke = engine.stream(GenRequest("late", (5, 6, 7), 4)), []
+            first = await anext(stream)
+            await asyncio.sleep(0.3)  # the other three tokens arrive meanwhile
+            woke.append(time.perf_counter())
+            rest = [c async for c in stream]
+        finally:
+            await engine.stop()
+        return first, rest, woke[0]
+
+    with serve_in_subprocess(free_port(), gap_ms=20, first_ms=5) as url:
+        first, rest, woke_s = run_async(read_late(url))
+    assert sum(len(c.token_ids) for c in rest) == 3
+    assert all(first.time_s <= c.time_s < woke_s for c in rest)

@@ -34,6 +34,7 @@ PAGE_SIZE = 256  # tokens per KV block: transformers' default page size
 BATCH_TOKENS = 4096  # tokens one step may hold (a prefill chunk plus decodes); left unset, transformers sizes it
 # from free memory (46,542 on an H100), and its SDPA path keeps a mask of that x (cache + that) tokens: 36 GiB
 SAMPLE_EVERY_S = 0.05  # the manager has no per-step hook the lab can use: its counts are read 20 times a second
+WARM_UP_GRAPHS = True  # on CUDA, capture its CUDA graphs before the first level (bench.hf_cb_settings turns it off)
 
 
 def page_field(config_class) -> str:
@@ -89,6 +90,7 @@ class HFCBEngine:
                                       pad_token_id=self.tokenizer.pad_token_id)
         self._manager = model.init_continuous_batching(
             generation_config=generation, continuous_batching_config=ContinuousBatchingConfig(**settings))
+        settings["graphs_captured_at_start"] = self._capture_graphs(loaded.device)
         args = {"batching": "continuous (transformers ContinuousBatchingManager, paged KV)", **settings,
                 "dtype": self.config.dtype, "device": loaded.device, "max_model_len": self.config.max_model_len,
                 "decoding": "greedy", "load_format": self.config.load_format,
@@ -98,6 +100,15 @@ class HFCBEngine:
                           kv_block_size=PAGE_SIZE, kv_total_blocks=settings.get("num_blocks"),
                           attention=f"paged ({loaded.attention})")
 
+
+    def _capture_graphs(self, device: str) -> bool:
+        """Capture the CUDA graphs at their largest sizes now, as transformers' generate_batch does, rather than
+        in the first measured levels (its manager's warmup(); a transformers without one captures them as it goes)."""
+        warmup = getattr(self._manager, "warmup", None)
+        if device != "cuda" or not WARM_UP_GRAPHS or warmup is None:
+            return False
+        warmup()
+        return True
 
     async def stop(self) -> None:
         if self._sampler is not None:

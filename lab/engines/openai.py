@@ -9,9 +9,11 @@ start by asking for 4 tokens:
   (``min_new_tokens``); the server counts the prompt's tokens (its ``usage``).
 - ``text``: plain OpenAI fields; outputs may stop at EOS, so lengths are what the server made.
 
-A chunk's time is when it reached the lab; a chunk without token ids counts as one token, and the
-``usage`` at the end settles the count. HTTP errors, time-outs and a server that dies mid-run end that
-request as an error; the run goes on. While requests run, ``/metrics`` is read 4 times a second
+A chunk's time is when its bytes reached the lab's socket layer, before any parsing (aiohttp's protocol
+notes each arrival, so the lab's own parse queue is not counted in TTFT/ITL; a read that gathered several
+arrivals takes the last one's time, never earlier than its tokens came); a chunk without token ids counts as
+one token, and the ``usage`` at the end settles the count. HTTP errors, time-outs and a server that dies
+mid-run end that request as an error; the run goes on. While requests run, ``/metrics`` is read 4 times a second
 (lab.engines.prometheus) into the same samples as the in-process engines'. The API key is sent, never
 logged or stored.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import time
@@ -96,6 +99,55 @@ def event_tokens(event: dict) -> tuple[int, ...] | None:
     return (-1,) if choice.get("text") else None  # text without ids: one token, id unknown
 
 
+@functools.cache
+def arrival_handler() -> type:
+    """aiohttp's client protocol, noting when bytes last reached it (before its parser sees them)."""
+    from aiohttp.client_proto import ResponseHandler
+
+    class ArrivalHandler(ResponseHandler):
+        __slots__ = ("arrived_s",)
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.arrived_s = 0.0
+
+        def data_received(self, data: bytes) -> None:
+            if data:  # aiohttp calls it with b"" when it resumes reading: nothing arrived then
+                self.arrived_s = time.perf_counter()
+            ResponseHandler.data_received(self, data)
+
+    return ArrivalHandler
+
+
+def note_arrivals(connector) -> bool:
+    """Make the connector's connections note arrivals; False (tokens stamped when parsed) where aiohttp has moved
+    its protocol factory, which it does not expose: the lab says so in the engine args."""
+    from aiohttp.client_proto import ResponseHandler
+
+    factory = getattr(connector, "_factory", None)
+    if not (isinstance(factory, functools.partial) and factory.func is ResponseHandler):
+        log.warning("this aiohttp builds its connections another way: tokens are stamped when parsed")
+        return False
+    connector._factory = functools.partial(arrival_handler(), *factory.args, **factory.keywords)
+    return True
+
+
+class ParseTime:
+    """Where arrivals are not noted: a read's time is when it is parsed."""
+
+    @property
+    def arrived_s(self) -> float:
+        return time.perf_counter()
+
+
+def arrivals(response):
+    """What tells when the response's bytes last arrived: its connection's protocol, kept from the start (the
+    connection is released at the body's end, before the last read returns, or at once when the whole body
+    came with the headers: then the response's own reference to it)."""
+    protocol = response.connection.protocol if response.connection else getattr(response, "_protocol", None)
+    return protocol if hasattr(protocol, "arrived_s") else ParseTime()
+
+
 def auth_headers(endpoint: Endpoint) -> dict:
     """The bearer-token header the endpoint's key asks for (none without a key)."""
     return {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
@@ -146,6 +198,7 @@ class OpenAIEngine:
         self.max_model_len: int | None = None
         self.tokenizer = None
         self.has_metrics = False
+        self.stamped_on_arrival = False  # token times from the socket layer (else when parsed)
         self.ids_known = False  # whether the server sends its token ids back (found by the start's probe)
         self.prompt_mismatches = 0  # prompts whose server token count differed from the lab's
         self._session = None
@@ -162,6 +215,7 @@ class OpenAIEngine:
 
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model_path)
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)  # no cap: the users are the cap
+        self.stamped_on_arrival = note_arrivals(connector)
         timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=10)
         self._session = aiohttp.ClientSession(self.endpoint.base_url.rstrip("/") + "/", connector=connector,
                                               timeout=timeout, headers=auth_headers(self.endpoint))
@@ -224,6 +278,7 @@ class OpenAIEngine:
     def _info(self, scrape: Scrape | None) -> EngineInfo:
         args = {"base_url": self.endpoint.base_url, "served_model": self.model, "dialect": self.dialect.value,
                 "exact_lengths": self.dialect is not Dialect.TEXT, "metrics": self.has_metrics,
+                "token_times": "arrival" if self.stamped_on_arrival else "parsed",
                 "max_model_len": self.max_model_len}
         return EngineInfo(name=self.name, args=args, kv_total_blocks=scrape.num_blocks if scrape else None,
                           kv_block_size=scrape.block_size if scrape else None)
@@ -260,9 +315,10 @@ class OpenAIEngine:
                     reason = (await response.text())[:300]
                     response.close()  # not back to the pool: a server's error reply may leave bytes that spoil the next
                     raise RequestRejected(f"HTTP {response.status}: {reason}")
+                arrival, read = arrivals(response), response.content.readany
                 try:
-                    async for data in response.content.iter_any():  # one await per read, not per line
-                        now = time.perf_counter()
+                    while data := await read():  # one await per socket read, not per line (b"": the body's end)
+                        now = arrival.arrived_s
                         buffer = pending + data
                         if b"\r" in buffer:  # a server that ends lines with CRLF (a read may end between the two)
                             buffer = buffer.replace(b"\r\n", b"\n")
@@ -280,7 +336,7 @@ class OpenAIEngine:
                         raise
                 if tail := self._take(request, read_event(pending), made):  # a last event without its blank line
                     made += len(tail)
-                    yield TokenChunk(time.perf_counter(), tail)
+                    yield TokenChunk(arrival.arrived_s, tail)
             self._check_end(request, dialect, made)
         except TimeoutError:
             raise RequestRejected(f"no answer from {self.endpoint.base_url} in time (a connection gets 10 s, a "
@@ -306,7 +362,9 @@ class OpenAIEngine:
         if event is None:
             return ()
         tokens = event_tokens(event) or ()
-        usage = event.get("usage") or {}
+        usage = event.get("usage")
+        if not usage:
+            return tokens
         self._check_prompt(request, usage.get("prompt_tokens"))
         missing = usage.get("completion_tokens", made + len(tokens)) - made - len(tokens)
         return tokens + (-1,) * max(0, missing)

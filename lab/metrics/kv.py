@@ -8,6 +8,7 @@ real = the part holding the requests' own prompt and output tokens; waste = 1 - 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 
@@ -100,11 +101,33 @@ def vllm_usage_series(samples: Sequence[EngineSample], records: Sequence[Request
     rows = []
     usable = [s for s in samples if used_blocks(s) is not None and s.kv_block_size]
     nexts = [s.time_s for s in usable[1:]] + [float("inf")] * bool(usable)
+    holding = _Holding(records)
     for s, after in zip(usable, nexts, strict=True):
-        real = sum(tokens_held(r, after) for r in records)
-        derived = sum(blocks_held(r, after, s.kv_block_size) for r in records)
-        rows.append((s.time_s, used_blocks(s) * s.kv_block_size, real, used_blocks(s), derived, s.running))
+        held = holding.at(after)
+        derived = sum(blocks_for(tokens, s.kv_block_size) for tokens in held)
+        rows.append((s.time_s, used_blocks(s) * s.kv_block_size, sum(held), used_blocks(s), derived, s.running))
     return rows
+
+
+class _Holding:
+    """tokens_held of every request holding KV at a time, for times asked in order: one sweep over the
+    requests by first token, so a series costs the requests in flight at each sample, not every request
+    and token of the level at every sample (a GPU makes a sample every few milliseconds)."""
+
+    def __init__(self, records: Sequence[RequestRecord]):
+        self.by_first = sorted((r for r in records if r.first_token_s is not None), key=lambda r: r.first_token_s)
+        self.active, self.joined, self.last = [], 0, float("-inf")
+
+    def at(self, time_s: float) -> list[int]:
+        """The tokens each request holding KV at ``time_s`` holds (requests not started or ended then left out)."""
+        if time_s < self.last:  # asked out of order: sweep again from the start
+            self.active, self.joined = [], 0
+        while self.joined < len(self.by_first) and self.by_first[self.joined].first_token_s < time_s:
+            self.active.append(self.by_first[self.joined])
+            self.joined += 1
+        self.active = [r for r in self.active if r.end_s is None or r.end_s >= time_s]
+        self.last = time_s
+        return [r.prompt_tokens + bisect.bisect_left(r.token_times_s, time_s) for r in self.active]
 
 
 def hf_usage_series(samples: Sequence[EngineSample], bytes_per_token: int) -> list[tuple]:
