@@ -43,7 +43,7 @@ from lab.metrics.kv import held_series, kv_summary
 from lab.status import RunStatus
 
 log = logging.getLogger(__name__)
-FINAL_AFTER_S = 2.0  # a live KV row is kept once the sample after it is this old (see LevelResult._held_live)
+FINAL_AFTER_S = 0.5  # a live KV row is kept once the sample after it is this old (see LevelResult._held_live)
 
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
 RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
