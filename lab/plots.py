@@ -43,8 +43,12 @@ _AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", 
              automargin=True, title=dict(standoff=15))
 # plotly_white's look in the few settings these figures use: setting template="plotly_white" deep-copies
 # (and the page then receives) its whole 6.7 KB, which made up most of a live redraw's time
+# (autotypenumbers "strict": user levels given as strings stay one category each, not a numeric axis)
 LOOK = go.layout.Template(layout=dict(font=dict(color="#2a3f5f"), paper_bgcolor="white", plot_bgcolor="white",
                                       colorway=pio.templates["plotly"].layout.colorway, hovermode="closest",
+                                      autotypenumbers="strict", hoverlabel=dict(align="left"),
+                                      shapedefaults=dict(line=dict(color="#2a3f5f")),
+                                      annotationdefaults=dict(arrowcolor="#2a3f5f", arrowhead=0, arrowwidth=1),
                                       title=dict(x=0.05), xaxis=_AXIS, yaxis=_AXIS))
 
 
@@ -75,7 +79,8 @@ def throughput_figure(result: RunResult) -> go.Figure:
     for col, level_users in enumerate(users, 1):
         for lvl in (lvl for lvl in result.levels if lvl.users == level_users and lvl.records):
             series = lvl.throughput()
-            fig.add_trace(go.Scatter(x=[x for x, _ in series], y=[y for _, y in series], mode="lines",
+            fig.add_trace(go.Scatter(x=[x for x, _ in series], y=[y for _, y in series],
+                                     mode="lines" if len(series) > 1 else "markers",  # a level under 1 s: one point
                                      name=_label(lvl.engine), legendgroup=lvl.engine,
                                      showlegend=col == 1 and lvl.repeat == 0, opacity=1.0 if lvl.repeat == 0 else 0.5,
                                      line=dict(color=ENGINE_COLORS.get(lvl.engine))), row=1, col=col)
@@ -153,7 +158,8 @@ def ratio_bars(summary: dict) -> go.Figure:
     for key, ratio in (summary.get("ratios") or {"hf": summary.get("ratio", {})}).items():
         top, base = ratio_from_key(key)
         spreads, users = ratio_spreads(summary["runs"], base, top), sorted(ratio, key=int)
-        fig.add_trace(go.Bar(x=users, y=[ratio[u] for u in users], name=f"{_short(top)} / {_short(base)}",
+        fig.add_trace(go.Bar(x=[str(u) for u in users], y=[ratio[u] for u in users],
+                             name=f"{_short(top)} / {_short(base)}",
                              error_y=_error_bars([spreads[int(u)] for u in users]) if users else None,
                              text=[f"{ratio[u]:.2f}x" + ("*" if int(u) in thin else "") for u in users],
                              textposition="outside", marker_color=RATIO_COLORS.get(base)))

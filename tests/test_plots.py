@@ -102,6 +102,8 @@ def test_summary_figures_of_a_finished_run(run):
     ratio = ratio_bars(summary)
     assert len(ratio.data) == 1 and list(ratio.data[0].x) == ["1", "2"]
     assert "vLLM / HF" in ratio.layout.title.text and ratio.data[0].text[0].endswith("x*")  # 2 requests: noisy
+    for fig in (bars, ratio):  # user levels are categories (1, 4, 8 stay 1, 4, 8), not a numeric axis
+        assert fig.layout.template.layout.autotypenumbers == "strict"
     assert "under 10 requests per engine" in ratio.layout.title.text
     assert bars.data[0].error_y.array is None and ratio.data[0].error_y.array is None  # no repeats: no whiskers
     table = latency_table(summary)
