@@ -110,7 +110,8 @@ class Handlers:
                 BOUND_REQUESTS, preset.requests_per_user, 1, 0, ""]
 
     def connect(self, name: str, url: str, model: str, key: str):
-        """Add an OpenAI-compatible server as an engine; returns the message line and the engine choices."""
+        """Add an OpenAI-compatible server as an engine; returns the answer shown under Connect and the engine
+        choices."""
         try:
             endpoint = Endpoint(base_url=(url or "").strip(), name=(name or "").strip() or ENDPOINT_ENGINE,
                                 model=(model or "").strip() or None, api_key=key or None)  # never the host's own key
@@ -225,7 +226,7 @@ class LoadTab:
     message: gr.Markdown
     live: list  # in Handlers.live's order
     per_level: list  # in Handlers.per_level's order
-    endpoint: list  # name, URL, model, key (Handlers.connect's order) and the Connect button
+    endpoint: list  # name, URL, model, key (Handlers.connect's order), the Connect button and its answer
 
 
 @dataclass
@@ -320,7 +321,8 @@ def _form(engine_names: tuple[str, ...]) -> list:
 
 
 def _endpoint_form() -> list:
-    """Name, URL, served model and key of an OpenAI-compatible server, and the Connect button."""
+    """Name, URL, served model and key of an OpenAI-compatible server, the Connect button and, beside it, its
+    answer (connected, or why not)."""
     with gr.Accordion("Add an endpoint: an OpenAI-compatible server (vLLM's, transformers', remote)", open=False):
         with gr.Row():
             name = gr.Textbox(ENDPOINT_ENGINE, label="Engine name", elem_id="endpoint-name", min_width=100)
@@ -330,8 +332,10 @@ def _endpoint_form() -> list:
             model = gr.Textbox("", label="Served model (empty: its first)", elem_id="endpoint-model", min_width=150)
             key = gr.Textbox("", label="API key (if the server needs one)", type="password", elem_id="endpoint-key",
                              min_width=150)
-        connect = gr.Button("Connect", elem_id="connect", size="sm")
-    return [name, url, model, key, connect]
+        with gr.Row():
+            connect = gr.Button("Connect", elem_id="connect", size="sm", scale=0, min_width=100)
+            answer = gr.Markdown("", elem_id="endpoint-status")
+    return [name, url, model, key, connect, answer]
 
 
 def _story_outputs(host: LabHost) -> tuple:
@@ -408,8 +412,8 @@ def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: E
         handlers.start_run, load.form, [load.message], api_visibility="private").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)
     load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
-    load.endpoint[-1].click(handlers.connect, load.endpoint[:-1], [load.message, load.form[0]],
-                            api_visibility="private")  # a page-only action: no API that points the host anywhere
+    load.endpoint[4].click(handlers.connect, load.endpoint[:4], [load.endpoint[5], load.form[0]],
+                           api_visibility="private")  # a page-only action: no API that points the host anywhere
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
     env.refresh.click(handlers.environment, None, env.shown, api_name="environment")

@@ -336,11 +336,11 @@ def test_an_endpoint_connects_from_the_page_and_runs_open_loop_beside_hf(served,
         page.click("text=Add an endpoint")
         page.fill("#endpoint-url textarea", "http://127.0.0.1:9")
         page.click("#connect")
-        wait_text(page, "#message", "nothing answers at http://127.0.0.1:9", 20)  # refused, the app serves on
+        wait_text(page, "#endpoint-status", "nothing answers at http://127.0.0.1:9", 20)  # refused, the app serves on
         page.fill("#endpoint-url textarea", server.url)
         page.fill("#endpoint-model textarea", server.model)
         page.click("#connect")
-        wait_text(page, "#message", "Connected openai", 60)
+        wait_text(page, "#endpoint-status", "Connected openai", 60)
         wait_text(page, "#engines", "openai", 10)
         summary = json.loads(client(url).predict("hf,openai", "2", "mixed", 8, 1, 1, 2.0, "ttft=30",
                                                  api_name="/run_and_wait"))
