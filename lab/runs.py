@@ -89,7 +89,7 @@ class LevelResult:
 
     def kv_held(self, info: EngineInfo | None) -> list[tuple]:
         """The KV the engine held and the real tokens in it, over time (kept once the level has ended, and
-        while it runs, computed only for the samples since the last call: the live page redraws it every
+        while it runs, computed only for the rows that may still change: the live page redraws it every
         second, in the interpreter that drives the engines)."""
         return self.kv_series if self.kv_series is not None else self._held_live(info)
 

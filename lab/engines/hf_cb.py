@@ -100,7 +100,6 @@ class HFCBEngine:
                           kv_block_size=PAGE_SIZE, kv_total_blocks=settings.get("num_blocks"),
                           attention=f"paged ({loaded.attention})")
 
-
     def _capture_graphs(self, device: str) -> bool:
         """Capture the CUDA graphs at their largest sizes now, as transformers' generate_batch does, rather than
         in the first measured levels (its manager's warmup(); a transformers without one captures them as it goes)."""
