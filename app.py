@@ -2,7 +2,8 @@
 
     python app.py [--model PATH_OR_ID] [--host 127.0.0.1] [--port 7860] [--share] [engine options]
 
-The page is served at once and shows loading progress while the engines start. On a Hugging Face
+The page is served at once and shows loading progress while the engines start. The engines run in a process of
+their own (lab.host_process): the page's work never takes the interpreter that drives them. On a Hugging Face
 Space (SPACE_ID set) it binds 0.0.0.0:7860 as Spaces expect. KVLAB_MODEL names a model like --model.
 """
 
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 
+from lab import LOG_FORMAT
 from lab.__main__ import add_engine_args, engine_config_from
 from lab.model import EMBEDDED_PACKAGE, EMBEDDED_PACKAGE_PIN
 
@@ -47,16 +49,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     """Check the config, start loading the engines, serve the page; returns the exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     args = parse_args(argv)
     if args.model is None:
         ensure_embedded_package()
-    from lab.host import LabHost
+    from lab.host_process import HostGone, RemoteHost
     from lab.ui import build_app
 
     try:
-        host = LabHost(engine_config_from(args), tuple(e.strip() for e in args.engines.split(",") if e.strip()))
-    except ValueError as exc:
+        host = RemoteHost(engine_config_from(args), tuple(e.strip() for e in args.engines.split(",") if e.strip()))
+    except (ValueError, HostGone) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # SIGTERM (a Space restarting, `kill`, a test harness) must still stop vLLM's engine processes
@@ -77,8 +79,8 @@ def main(argv=None) -> int:
 
 
 def stop_now(host, code: int) -> None:
-    """Stop the engines (vLLM's processes included), then leave at once: the interpreter's own teardown
-    of torch and its threads would take ~2 s more (a stop measured in tests/test_app.py)."""
+    """Stop the engines (their host process and vLLM's included), then leave at once (no interpreter teardown:
+    a stop measured in tests/test_app.py)."""
     host.close()
     logging.shutdown()
     sys.stdout.flush()

@@ -1,21 +1,28 @@
 """What does watching cost? Output tok/s of the same run with the dashboard open vs from the CLI.
 
 1. Starts app.py (the engines given, with the engine options given) and, once it is ready, runs the plan
-   through the app's API with no page open (``app, no page``: the same process, Gradio serving nothing).
+   through the app's API with no page open (``app, no page``: the same processes, Gradio serving nothing).
 2. Opens the page in headless Chromium, whose timer redraws the live plots once a second, and runs the
    same plan again (``page open``).
 3. Stops the app, then runs the same plan with ``python -m lab bench`` and the same engine options (no UI).
-All on this machine, one after the other, printed side by side as ratios per engine and user level; each
-level runs --repeats times on each side (mean [min-max] over the repeats). The app's process CPU seconds
-of steps 1 and 2 are printed too: what the page costs the interpreter that also drives the engines.
+All on this machine, printed side by side as ratios per engine and user level; each level runs --repeats
+times on each side, and --rounds N alternates steps 1 and 2 N times (the CLI runs repeats x rounds): a lent
+GPU machine's speed drifts within minutes, and alternating keeps that drift out of page/no page. The CPU
+seconds of steps 1 and 2 are printed too, for the app's page process and for its engine host process
+(lab.host_process, the interpreter that drives the engines), and for the browser: what the page costs each.
+In use the browser runs on the learner's machine, not beside the engines; --page-cpus N gives the page's
+process, this bench and the browser the last N CPUs and the engines (and the CLI) the others, so that the
+browser's rendering does not take the engines' cores.
 Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32]
-       [--repeats 3] [--engines vllm] [--chromium PATH] [--out DIR] [engine options of lab bench]
+       [--repeats 3] [--rounds 1] [--page-cpus 0] [--engines vllm] [--chromium PATH] [--out DIR]
+       [engine options of lab bench]
 e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -66,18 +73,61 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def host_pid(app_pid: int) -> int:
+    """The app's engine host process (a child running lab.host_process)."""
+    import psutil
+
+    return next(p.pid for p in psutil.Process(app_pid).children() if "lab.host_process" in p.cmdline())
+
+
+def browser_cpu_seconds(app_pid: int) -> float:
+    """CPU seconds of this process's children outside the app (Playwright's driver and the browser)."""
+    import psutil
+
+    app = psutil.Process(app_pid)
+    skip = {app_pid} | {p.pid for p in app.children(recursive=True)}
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        if p.pid not in skip:
+            with contextlib.suppress(psutil.Error):
+                total += sum(p.cpu_times()[:2])
+    return total
+
+
+def cpu_split(count: int) -> tuple[set[int], set[int]]:
+    """This machine's CPUs as (the engines', the page's): the page gets the last ``count`` (0: all share)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (set(cpus[:-count]), set(cpus[-count:])) if count else (set(cpus), set(cpus))
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Move every thread of a process onto ``cpus`` (its later threads inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def app_runs(args) -> dict:
-    """Steps 1 and 2 in one app process; returns each side's summary.json and the app's CPU seconds."""
+    """Steps 1 and 2 in one app; returns each side's summary.json and its processes' CPU seconds."""
     port = free_port()
     log = open(Path(args.out) / "app.log", "w")
+    engines_cpus, page_cpus = args.cpus
     app = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--engines", args.engines,
-                            *engine_argv(args)], stdout=log, stderr=subprocess.STDOUT)
+                            *engine_argv(args)], stdout=log, stderr=subprocess.STDOUT,
+                           preexec_fn=lambda: os.sched_setaffinity(0, engines_cpus))  # its host and vLLM inherit it
+    os.sched_setaffinity(0, page_cpus)  # this bench, Playwright's driver and the browser
     try:
         url = f"http://127.0.0.1:{port}/"
         client = _client_when_ready(url, app, args)
-        found = {"no_page": _timed_run(client, app.pid, args)}
-        with _page_open(url, args):
-            found["page"] = _timed_run(client, app.pid, args)
+        pin_threads(app.pid, page_cpus)  # the page's process (the host process keeps the engines' CPUs)
+        host = host_pid(app.pid)
+        meters = {"page": lambda: cpu_seconds(app.pid), "host": lambda: cpu_seconds(host),
+                  "browser": lambda: browser_cpu_seconds(app.pid)}
+        found = {}
+        for _ in range(args.rounds):  # alternated: a lent machine's speed drifts by 20% within minutes
+            _pool(found, "no_page", _timed_run(client, meters, args))
+            with _page_open(url, args):
+                _pool(found, "page", _timed_run(client, meters, args))
         return found
     finally:
         app.terminate()
@@ -106,15 +156,28 @@ def _client_when_ready(url: str, app: subprocess.Popen, args):
     raise TimeoutError(f"the app was not ready within {args.ready_timeout_s} s")
 
 
-def _timed_run(client, pid: int, args) -> dict:
-    """The plan through /run_and_wait; its summary, with the app process's CPU seconds and the wall time."""
-    cpu, began = cpu_seconds(pid), time.monotonic()
+def _timed_run(client, meters: dict, args) -> dict:
+    """The plan through /run_and_wait; its summary, with each meter's CPU seconds over it and the wall time."""
+    cpu, began = {name: meter() for name, meter in meters.items()}, time.monotonic()
     summary = json.loads(client.predict(args.engines, args.users, args.workload, args.output_len,
                                         args.requests_per_user, args.repeats, api_name="/run_and_wait"))
     if summary.get("error"):
         raise RuntimeError(summary["error"])
-    summary["app_cpu_s"], summary["wall_s"] = cpu_seconds(pid) - cpu, time.monotonic() - began
+    for name, meter in meters.items():
+        summary[f"{name}_cpu_s"] = meter() - cpu[name]
+    summary["wall_s"] = time.monotonic() - began
     return summary
+
+
+def _pool(found: dict, side: str, summary: dict) -> None:
+    """Add one round of a side: its levels beside the earlier rounds', its CPU and wall seconds summed."""
+    if side not in found:
+        found[side] = summary
+        return
+    later = 1 + max(run["repeat"] for run in found[side]["runs"])  # a round's repeats follow the earlier ones'
+    found[side]["runs"] += [{**run, "repeat": later + run["repeat"]} for run in summary["runs"]]
+    for key in ("page_cpu_s", "host_cpu_s", "browser_cpu_s", "wall_s"):
+        found[side][key] += summary[key]
 
 
 class _page_open:
@@ -143,10 +206,13 @@ def cli_run(args) -> dict:
     """Step 3: the same plan through ``python -m lab bench`` with the same engine options."""
     out = Path(tempfile.mkdtemp(prefix="kvlab-cli-bench-"))
     with open(Path(args.out) / "cli.log", "w") as log:
+        engines_cpus, _ = args.cpus
         subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", args.engines, "--users", args.users,
                         "--workload", args.workload, "--output-len", str(args.output_len),
-                        "--requests-per-user", str(args.requests_per_user), "--repeats", str(args.repeats),
-                        "--out", str(out), *engine_argv(args)], check=True, stdout=log, stderr=subprocess.STDOUT)
+                        "--requests-per-user", str(args.requests_per_user),
+                        "--repeats", str(args.repeats * args.rounds),
+                        "--out", str(out), *engine_argv(args)], check=True, stdout=log, stderr=subprocess.STDOUT,
+                       preexec_fn=lambda: os.sched_setaffinity(0, engines_cpus))
     return json.loads((out / "summary.json").read_text())
 
 
@@ -157,7 +223,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--workload", default="mixed")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the app's two sides this many times (each round: --repeats per level)")
     parser.add_argument("--engines", default="vllm", help="loaded and measured on every side (comma list)")
+    parser.add_argument("--page-cpus", type=int, default=0,
+                        help="keep the last N CPUs for the page (the app's page process, this bench and the "
+                             "browser) and the others for the engines and the CLI; 0: all share")
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the browser Playwright launches")
     parser.add_argument("--chromium-arg", action="append", default=[], help="one more browser flag (repeat)")
     parser.add_argument("--ready-timeout-s", type=float, default=900)
@@ -165,6 +236,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_engine_args(parser)
     args = parser.parse_args(argv)
     args.out = args.out or tempfile.mkdtemp(prefix="kvlab-dashboard-bench-")
+    args.cpus = cpu_split(args.page_cpus)  # before this process moves onto the page's CPUs
     Path(args.out).mkdir(parents=True, exist_ok=True)
     return args
 
@@ -194,7 +266,8 @@ def ratio_table(found: dict, args) -> str:
     """One row per engine and user level: each side's output tok/s and the ratios."""
     spreads = {side: tok_s_spreads(found[side]["runs"]) for side in SIDES}
     lines = [f"{'engine':>8} {'users':>5} {'app, no page':>22} {'page open':>22} {'CLI':>22} "
-             f"{'page/CLI':>9} {'page/no page':>12}   (output tok/s: mean [min-max] of {args.repeats} repeats)"]
+             f"{'page/CLI':>9} {'page/no page':>12}   "
+             f"(output tok/s: mean [min-max] of {args.repeats * args.rounds} repeats)"]
     for key in sorted(spreads["cli"]):
         row = [spreads[side].get(key) for side in SIDES]
         if None in row:
@@ -202,8 +275,9 @@ def ratio_table(found: dict, args) -> str:
         no_page, page, cli = row
         lines.append(f"{key[0]:>8} {key[1]:>5} {_spread(no_page):>22} {_spread(page):>22} {_spread(cli):>22} "
                      f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}")
-    lines.append("app process CPU s (wall s): " + ", ".join(
-        f"{side} {found[side]['app_cpu_s']:.1f} ({found[side]['wall_s']:.1f})" for side in SIDES[:2]))
+    lines.append("CPU s of the app's page process / engine host process / browser (wall s): " + ", ".join(
+        f"{side} {found[side]['page_cpu_s']:.1f} / {found[side]['host_cpu_s']:.1f} / "
+        f"{found[side]['browser_cpu_s']:.1f} ({found[side]['wall_s']:.1f})" for side in SIDES[:2]))
     return "\n".join(lines)
 
 

@@ -1,11 +1,12 @@
 """Run the lab all day: back-to-back short runs for a set time, with the figures that would show a leak.
 
-Starts the app's engine host (both engines, the results database; no browser), then submits one short
-run after another, as a workshop's Run presses would, and records after each run: its vLLM tok/s at
-the top level, the lab process's resident memory, open file descriptors and threads, each engine
-process's resident memory (vLLM's engine core and its worker: children of the lab process) and the
-results database's size. At the end it prints every run, the growth from the first runs to the last,
-and flags a trend (memory or descriptors growing beyond noise, tok/s falling).
+Starts the app's engine host (its own process, as app.py does: both engines, the results database; no
+browser), then submits one short run after another, as a workshop's Run presses would, and records after
+each run: its vLLM tok/s at the top level, the engine host process's resident memory, open file descriptors
+and threads, each engine process's resident memory (vLLM's engine core and its worker: children of the host
+process), this process's (the page's side: the mirror of the runs) and the results database's size. At the
+end it prints every run, the growth from the first runs to the last, and flags a trend (memory or descriptors
+growing beyond noise, tok/s falling).
 
 Usage: python -m bench.soak [--minutes 30] [--runs N] [--users 1,5] [--output-len 32] [--csv FILE]
 """
@@ -25,11 +26,12 @@ from pathlib import Path
 import psutil
 
 from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
-from lab.host import LabHost
+from lab.host_process import RemoteHost
 
 log = logging.getLogger("soak")
 MIB = 2**20
-LIMITS = {"lab_rss_mib": 0.05, "children_rss_mib": 0.05, "fds": 0.10, "threads": 0.10}  # relative growth allowed
+LIMITS = {"lab_rss_mib": 0.05, "children_rss_mib": 0.05, "page_rss_mib": 0.05, "fds": 0.10,
+          "threads": 0.10}  # relative growth allowed
 TOK_S_DROP = 0.15  # a fall of tok/s beyond this (last runs vs first) is flagged
 
 
@@ -44,14 +46,16 @@ class Sample:
     lab_rss_mib: float
     children_rss_mib: float
     children: int
+    page_rss_mib: float  # this process: the page's side (RemoteHost and its mirror of the runs)
     fds: int
     threads: int
     db_kib: float
 
 
-def read_sample(host: LabHost, index: int, began_s: float, result) -> Sample:
-    """The figures of this process, its engine processes and the database, after run ``index``."""
-    me = psutil.Process()
+def read_sample(host, index: int, began_s: float, result) -> Sample:
+    """The figures of the engine host process, its engine processes, this process and the database, after
+    run ``index``."""
+    me = psutil.Process(host.pid)  # the process that drives the engines (the app's engine host)
     kids = me.children(recursive=True)
     top = max(result.plan.load.users)
     tok = [lvl.summary.output_tok_s for lvl in result.levels
@@ -61,6 +65,7 @@ def read_sample(host: LabHost, index: int, began_s: float, result) -> Sample:
         vllm_tok_s=round(statistics.fmean(tok), 1) if tok else None,
         lab_rss_mib=round(me.memory_info().rss / MIB, 1),
         children_rss_mib=round(sum(_rss(k) for k in kids) / MIB, 1), children=len(kids),
+        page_rss_mib=round(psutil.Process().memory_info().rss / MIB, 1),
         fds=me.num_fds() + sum(_fds(k) for k in kids), threads=me.num_threads(),
         db_kib=round(Path(host.db_path).stat().st_size / 1024, 1),
     )
@@ -80,7 +85,7 @@ def _fds(process: psutil.Process) -> int:
         return 0
 
 
-def soak(host: LabHost, plan: RunPlan, minutes: float | None = None, runs: int | None = None,
+def soak(host, plan: RunPlan, minutes: float | None = None, runs: int | None = None,
          on_sample=None) -> list[Sample]:
     """Submit ``plan`` back to back on a ready host until ``minutes`` pass or ``runs`` are done."""
     samples: list[Sample] = []
@@ -142,9 +147,9 @@ def main() -> None:
     parser.add_argument("--csv", default=None, help="also write every run's figures here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before the host process starts: it inherits it
     config = EngineConfig()
-    host = LabHost(config, db_path=Path(tempfile.mkdtemp(prefix="kvlab-soak-")) / "results.sqlite")
+    host = RemoteHost(config, db_path=Path(tempfile.mkdtemp(prefix="kvlab-soak-")) / "results.sqlite")
     host.start_loading()
     if not host.wait_ready(600):
         raise SystemExit(f"engines did not load: {host.status.text()}")

@@ -7,3 +7,4 @@ imported inside the modules that need them.
 """
 
 __version__ = "0.1.0"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the app, its engine host and the CLI

@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 
+from lab import LOG_FORMAT
 from lab.config import (
     API_KEY_ENV,
     DEFAULT_ENGINES,
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     if args.command == "setup-model":
         from lab.model import build_embedded_model
 

@@ -374,6 +374,19 @@ class LabHost:
         return self.result
 
     # -- snapshots ----------------------------------------------------------------------------
+    def on_loop(self, fn, timeout_s: float | None = None):
+        """``fn()`` called on the host's event loop, where runs and engines change what they hold: a copy made
+        there is consistent (lab.host_process cuts the page's parts so). Raises TimeoutError past ``timeout_s``."""
+        async def call():
+            return fn()
+
+        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
+
     def bump(self) -> None:
         """Tell watchers there is something new to draw."""
         self.version += 1

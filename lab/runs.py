@@ -70,6 +70,7 @@ class LevelResult:
     # held_series rows that no longer change and the first sample whose row may: one attribute, so that two
     # pages redrawing at once see a consistent pair
     _live: tuple[list, int] = field(default_factory=lambda: ([], 0), repr=False)
+    copied_s: float | None = None  # a mirror's (lab.mirror): when its records were copied; None: they are live
 
     def in_flight(self) -> list[RequestRecord]:
         """Requests sent and not yet ended (their records grow as tokens arrive)."""
@@ -90,7 +91,7 @@ class LevelResult:
     def kv_held(self, info: EngineInfo | None) -> list[tuple]:
         """The KV the engine held and the real tokens in it, over time (kept once the level has ended, and
         while it runs, computed only for the rows that may still change: the live page redraws it every
-        second, in the interpreter that drives the engines)."""
+        second)."""
         return self.kv_series if self.kv_series is not None else self._held_live(info)
 
     def throughput(self) -> list[tuple]:
@@ -106,7 +107,8 @@ class LevelResult:
         """held_series of the running level over every request sent (in flight too), computed only from the
         first sample whose row may still change. A row is final once the next sample is FINAL_AFTER_S old: its
         step's tokens, a new request's first token and a finished one's end have reached the records by then
-        (a step's tokens reach them up to a flush later than the step, an end after its stream closes)."""
+        (a step's tokens reach them up to a flush later than the step, an end after its stream closes). "Old"
+        counts to now, or in a mirror to when its records were copied."""
         kept, start = self._live
         fresh = self.samples[start:]
         since = fresh[0].time_s if fresh else 0.0
@@ -114,7 +116,7 @@ class LevelResult:
         rows = held_series(self.engine, fresh, holding, info.kv_bytes_per_token if info else None)
         if len(rows) != len(fresh):  # some samples made no row: no row is matched to its sample, none kept
             return kept + rows
-        settled = time.perf_counter() - FINAL_AFTER_S
+        settled = (self.copied_s or time.perf_counter()) - FINAL_AFTER_S
         final = next((i for i, later in enumerate(fresh[1:]) if later.time_s >= settled), len(fresh) - 1)
         if final:
             self._live = (kept + rows[:final], start + final)

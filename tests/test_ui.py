@@ -14,7 +14,7 @@ from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.config import EngineConfig
 from lab.dashboard import agreement_markdown, agreement_warning
-from lab.host import LabHost
+from lab.host_process import RemoteHost
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -91,10 +91,10 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The app of app.py (same host, same build_app), served on a free port, engines loaded."""
+    """The app of app.py (same host process, same build_app), served on a free port, engines loaded."""
     from lab.ui import build_app
 
-    host = LabHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
+    host = RemoteHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
                    db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
     host.start_loading()
     app = build_app(host)
@@ -300,8 +300,8 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     assert "started" in c.predict(["vllm"], "3", "decode", 64, BOUND_REQUESTS, 4, 1, api_name="/start_run")
     while not any(r.output_tokens for lvl in host.result.levels for r in lvl.sent):
         time.sleep(0.1)
-    core = host.session.engines["vllm"].processes()[0]
-    assert psutil.Process(core.pid).ppid() == os.getpid()  # vLLM's engine process: a child of the app
+    core = next(p for p in psutil.Process(host.pid).children() if "EngineCore" in " ".join(p.cmdline()))
+    assert host.pid != os.getpid()  # vLLM's engine process: a child of the app's engine host process
     os.kill(core.pid, signal.SIGKILL)
     result = host.wait_run(60)
     assert result.status == "failed", result.message
@@ -473,7 +473,8 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     wait_text(page, "#sweep-stored", host.sweep.sweep_id, 20)
     assert [p["engine_arg"] for p in host.sweep.points] == ["max_num_seqs=2", "max_num_seqs=4"]
     host.wait_run(30)  # the sweep's task ends right after the restore
-    assert host.session.configs["vllm"] == host.config and not host.running()
+    restored = host.environment()["engines"]["vllm"]["args"]["max_num_seqs"]
+    assert restored == host.config.max_num_seqs == 256 and not host.running()
     progress = page.inner_text("#sweep-progress")
     assert "status ok" in progress and "2 (restart" in progress and "4 (restart" in progress  # restart times
     assert page.eval_on_selector("#sweep-figure", "e => e.querySelectorAll('g.trace').length") >= 5
