@@ -48,7 +48,7 @@ def follow(service, done: threading.Event) -> list[float]:
     mirror, version, caller_s = None, 0, []
     while not done.wait(host_process.SYNC_S):
         began = time.thread_time()
-        snap = service.sync(version, (holding(mirror), None, None), True)
+        snap = service.sync(version, (holding(mirror), None, None))
         caller_s.append(time.thread_time() - began)
         if snap.parts is not None:
             mirror, version = apply_run(mirror, pickle.loads(snap.parts)[0]), snap.version

@@ -352,9 +352,11 @@ class LabHost:
         await run_sweep(self.session, plan, result, stored)
 
     def _start(self, coro) -> None:
-        """Run ``coro`` as the one task on the host's loop."""
+        """Run ``coro`` as the one task on the host's loop; its end bumps the version (a sweep's restore and
+        last words, an experiment's, change what a page draws without a run's observer to say so)."""
         async def start() -> None:
             self._task = asyncio.ensure_future(coro)
+            self._task.add_done_callback(lambda _: self.bump())
 
         asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
 

@@ -96,12 +96,12 @@ class HostService:
         """Start the engines (progress shows in the header)."""
         self.host.start_loading()
 
-    def sync(self, version: int, held: tuple, was_running: bool) -> Snapshot:
-        """The header, and what the mirror holding ``held`` lacks while a run goes (or went at the page's last
-        sync) or when the host's version moved past ``version``."""
+    def sync(self, version: int, held: tuple) -> Snapshot:
+        """The header, and what the mirror holding ``held`` lacks while a run goes or when the host's version
+        moved past ``version``."""
         host = self.host
         try:
-            version, running, parts = host.on_loop(lambda: _cut(host, version, held, was_running), LOOP_WAIT_S)
+            version, running, parts = host.on_loop(lambda: _cut(host, version, held), LOOP_WAIT_S)
         except TimeoutError:  # the loop is busy: the next sync asks again
             running, parts = host.running(), None
         health = host.health()
@@ -125,12 +125,12 @@ class HostService:
                 conn.close()
 
 
-def _cut(host: LabHost, version: int, held: tuple, was_running: bool = False) -> tuple:
+def _cut(host: LabHost, version: int, held: tuple) -> tuple:
     """On the host's loop: its version, whether a run goes, and the new parts pickled (None if nothing moved).
-    A run's own levels bump the version; a sweep's or an experiment's load runs and its last words do not, so
-    they are cut at every sync while anything runs, and once more after it ended."""
+    A run's own levels bump the version, and so does the end of every task; a sweep's or an experiment's load
+    runs do not, so they are cut at every sync while anything runs."""
     running = host.running()
-    if host.version == version and not running and not was_running:
+    if host.version == version and not running:
         return version, running, None
     parts = (run_part(host.result, held[0]), part_of(host.experiment, held[1]), part_of(host.sweep, held[2]))
     return host.version, running, pickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
@@ -289,7 +289,7 @@ class RemoteHost:
         with self._sync_lock:
             held = (holding(self.result), held_thing(self.experiment, self._settled),
                     held_thing(self.sweep, self._settled))
-            snap: Snapshot = self._call("sync", self.version, held, bool(self._snap and self._snap.running))
+            snap: Snapshot = self._call("sync", self.version, held)
             if snap.parts is not None:
                 result, experiment, sweep = pickle.loads(snap.parts)
                 self.result = apply_run(self.result, result)

@@ -62,3 +62,15 @@ def test_after_repeated_deaths_the_host_stops_restarting(host):
 def test_nothing_to_restart_when_every_engine_is_alive(host):
     loaded(host)
     assert host.restart_dead() == (False, "Every engine is alive: nothing to restart.")
+
+
+def test_the_end_of_a_task_bumps_the_version(host):
+    """A sweep's restore and last words change what a page draws with no run observer to say so: the task's
+    end does (lab.host_process cuts the page's copy when the version moves)."""
+    async def last_words():
+        pass
+
+    before = host.version
+    host._start(last_words())
+    host.wait_run(5)
+    assert host.on_loop(lambda: host.version) == before + 1  # read on the loop, after the task's callbacks

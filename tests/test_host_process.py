@@ -65,16 +65,17 @@ def test_a_killed_host_process_is_named_on_the_page_and_in_calls(host):
     assert host.wait_run(None) is None  # returns at once
 
 
-def test_the_host_cuts_while_a_run_goes_and_once_after_it_ended():
-    """A sweep's last words (its restore, its status) come with no version bump: the sync after it ended,
-    asked by a page that last saw it running, still brings them."""
+def test_the_host_cuts_while_a_run_goes_and_once_its_version_moved():
+    """A sweep's load runs bump no version: it is cut at every sync while it runs; its last words (its restore,
+    its status) come with the bump of its task's end (tests/test_host.py)."""
     sweep = SweepResult(plan=None, model="m", status=RunStatus.OK, message="vllm restored with the session's setting")
-    host = SimpleNamespace(version=7, running=lambda: False, result=None, experiment=None, sweep=sweep)
-    assert _cut(host, 7, (None, None, None), was_running=False)[2] is None  # nothing moved
-    version, running, parts = _cut(host, 7, (None, None, None), was_running=True)
-    assert (version, running) == (7, False) and pickle.loads(parts)[2].message == sweep.message
-    host.running = lambda: True
+    host = SimpleNamespace(version=7, running=lambda: True, result=None, experiment=None, sweep=sweep)
     assert _cut(host, 7, (None, None, None))[2] is not None
+    host.running = lambda: False
+    assert _cut(host, 7, (None, None, None))[2] is None  # nothing moved
+    host.version = 8
+    version, running, parts = _cut(host, 7, (None, None, None))
+    assert (version, running) == (8, False) and pickle.loads(parts)[2].message == sweep.message
 
 
 FORK_WHILE_WATCHING = """
