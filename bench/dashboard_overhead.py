@@ -4,18 +4,24 @@
    through the app's API with no page open (``app, no page``: the same processes, Gradio serving nothing).
 2. Opens the page in headless Chromium, whose timer redraws the live plots once a second, and runs the
    same plan again (``page open``).
-3. Stops the app, then runs the same plan with ``python -m lab bench`` and the same engine options (no UI).
+3. Runs the same plan with ``python -m lab bench`` and the same engine options (no UI; a process of its own,
+   started for the side, beside the app, whose engines then sit idle).
 All on this machine, printed side by side as ratios per engine and user level; each level runs --repeats
-times on each side, and --rounds N alternates steps 1 and 2 N times (the CLI runs repeats x rounds): a lent
-GPU machine's speed drifts within minutes, and alternating keeps that drift out of page/no page. The CPU
-seconds of steps 1 and 2 are printed too, for the app's page process and for its engine host process
-(lab.host_process, the interpreter that drives the engines), and for the browser: what the page costs each.
+times on each side. --rounds N runs the three sides N times, each round's order turned by one (over three
+rounds each side runs first, second and last once): a lent GPU machine's speed drifts within minutes, and
+turning the order keeps that drift out of the ratios. The CPU seconds of the app's sides are printed too, for
+the app's page process and for its engine host process (lab.host_process, the interpreter that drives the
+engines), and for the browser: what the page costs each.
 In use the browser runs on the learner's machine, not beside the engines; --page-cpus N gives the page's
 process, this bench and the browser the last N CPUs and the engines (and the CLI) the others, so that the
 browser's rendering does not take the engines' cores.
 Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 2] [--output-len 32]
        [--repeats 3] [--rounds 1] [--page-cpus 0] [--engines vllm] [--chromium PATH] [--out DIR]
        [engine options of lab bench]
+       python -m bench.dashboard_overhead --pool DIR [DIR ...]   (earlier runs' --out folders, as one table)
+The table gives each side's tok/s over all repeats, then each pair of sides compared round by round (the
+ratio of their means in each round) with a 95% bootstrap interval of the mean ratio: on a drifting machine
+the paired ratio is the sharper figure, and the interval says how sharp.
 e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64
 """
 
@@ -25,7 +31,9 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,11 +41,12 @@ import time
 from pathlib import Path
 
 from lab.__main__ import add_engine_args
-from lab.metrics import tok_s_spreads
+from lab.metrics import Spread, tok_s_spreads
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SIDES = ("no_page", "page", "cli")
+PAIRS = (("page", "cli"), ("no_page", "cli"), ("page", "no_page"))
 READY_JS = ("(() => { const e = document.querySelector('#load-status'); "
             "return e && e.textContent.includes('ready'); })()")
 
@@ -107,8 +116,9 @@ def pin_threads(pid: int, cpus: set[int]) -> None:
             os.sched_setaffinity(int(tid), cpus)
 
 
-def app_runs(args) -> dict:
-    """Steps 1 and 2 in one app; returns each side's summary.json and its processes' CPU seconds."""
+@contextlib.contextmanager
+def serving_app(args):
+    """app.py with the engines and options given, once ready: yields its url, an API client and CPU meters."""
     port = free_port()
     log = open(Path(args.out) / "app.log", "w")
     engines_cpus, page_cpus = args.cpus
@@ -121,17 +131,58 @@ def app_runs(args) -> dict:
         client = _client_when_ready(url, app, args)
         pin_threads(app.pid, page_cpus)  # the page's process (the host process keeps the engines' CPUs)
         host = host_pid(app.pid)
-        meters = {"page": lambda: cpu_seconds(app.pid), "host": lambda: cpu_seconds(host),
-                  "browser": lambda: browser_cpu_seconds(app.pid)}
-        found = {}
-        for _ in range(args.rounds):  # alternated: a lent machine's speed drifts by 20% within minutes
-            _pool(found, "no_page", _timed_run(client, meters, args))
-            with _page_open(url, args):
-                _pool(found, "page", _timed_run(client, meters, args))
-        return found
+        yield url, client, {"page": lambda: cpu_seconds(app.pid), "host": lambda: cpu_seconds(host),
+                            "browser": lambda: browser_cpu_seconds(app.pid)}
     finally:
         app.terminate()
         app.wait(60)
+
+
+def side_order(round_: int) -> tuple[str, ...]:
+    """The sides of round ``round_``, turned by one each round: a drifting machine favours no side."""
+    turn = round_ % len(SIDES)
+    return SIDES[turn:] + SIDES[:turn]
+
+
+def measure(args) -> dict:
+    """Every side, --rounds times; each side's summaries pooled, written after each (a cut run keeps them)."""
+    found = {}
+    with serving_app(args) as (url, client, meters):
+        for round_ in range(args.rounds):
+            for side in side_order(round_):
+                _pool(found, side, in_round(run_side(side, url, client, meters, args), round_))
+                _kept(found, args)
+    return found
+
+
+def in_round(summary: dict, round_: int) -> dict:
+    """The summary with each level tagged by the round it ran in (the paired ratios compare within a round)."""
+    return {**summary, "runs": [{**run, "round": round_} for run in summary["runs"]]}
+
+
+def pooled(folders: list[str]) -> dict:
+    """The summaries.json of several runs of this bench as one, their rounds numbered on (written before rounds
+    were recorded, a level's round is its repeat: right for --repeats 1 with the CLI in every round)."""
+    found, first = {}, 0
+    for folder in folders:
+        path = Path(folder) / "summaries.json"
+        if not path.is_file():
+            raise SystemExit(f"--pool: {path} not found (give the --out folders of earlier runs of this bench)")
+        saved = json.loads(path.read_text())
+        for side, summary in saved.items():
+            runs = [{**run, "round": first + run.get("round", run["repeat"])} for run in summary["runs"]]
+            _pool(found, side, {**summary, "runs": runs})
+        first = 1 + max(run["round"] for summary in found.values() for run in summary["runs"])
+    return found
+
+
+def run_side(side: str, url: str, client, meters: dict, args) -> dict:
+    if side == "cli":
+        return cli_run(args)
+    if side == "no_page":
+        return _timed_run(client, meters, args)
+    with _page_open(url, args):
+        return _timed_run(client, meters, args)
 
 
 def _client_when_ready(url: str, app: subprocess.Popen, args):
@@ -177,7 +228,8 @@ def _pool(found: dict, side: str, summary: dict) -> None:
     later = 1 + max(run["repeat"] for run in found[side]["runs"])  # a round's repeats follow the earlier ones'
     found[side]["runs"] += [{**run, "repeat": later + run["repeat"]} for run in summary["runs"]]
     for key in ("page_cpu_s", "host_cpu_s", "browser_cpu_s", "wall_s"):
-        found[side][key] += summary[key]
+        if key in summary:  # the CLI's side has no app processes to meter
+            found[side][key] += summary[key]
 
 
 class _page_open:
@@ -205,12 +257,12 @@ class _page_open:
 def cli_run(args) -> dict:
     """Step 3: the same plan through ``python -m lab bench`` with the same engine options."""
     out = Path(tempfile.mkdtemp(prefix="kvlab-cli-bench-"))
-    with open(Path(args.out) / "cli.log", "w") as log:
+    with open(Path(args.out) / "cli.log", "a") as log:
         engines_cpus, _ = args.cpus
         subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", args.engines, "--users", args.users,
                         "--workload", args.workload, "--output-len", str(args.output_len),
                         "--requests-per-user", str(args.requests_per_user),
-                        "--repeats", str(args.repeats * args.rounds),
+                        "--repeats", str(args.repeats),
                         "--out", str(out), *engine_argv(args)], check=True, stdout=log, stderr=subprocess.STDOUT,
                        preexec_fn=lambda: os.sched_setaffinity(0, engines_cpus))
     return json.loads((out / "summary.json").read_text())
@@ -224,7 +276,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--workload", default="mixed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1,
-                        help="alternate the app's two sides this many times (each round: --repeats per level)")
+                        help="run the three sides this many times, their order turned each round")
     parser.add_argument("--engines", default="vllm", help="loaded and measured on every side (comma list)")
     parser.add_argument("--page-cpus", type=int, default=0,
                         help="keep the last N CPUs for the page (the app's page process, this bench and the "
@@ -232,6 +284,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the browser Playwright launches")
     parser.add_argument("--chromium-arg", action="append", default=[], help="one more browser flag (repeat)")
     parser.add_argument("--ready-timeout-s", type=float, default=900)
+    parser.add_argument("--pool", nargs="+", metavar="DIR", help="measure nothing: print the table of these "
+                        "earlier runs' summaries.json pooled (their --out folders)")
     parser.add_argument("--out", default=None, help="folder for the summaries, logs and table (default: a temp dir)")
     add_engine_args(parser)
     args = parser.parse_args(argv)
@@ -244,12 +298,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    found = app_runs(args)
-    _kept(found, args)
-    time.sleep(3)
-    found["cli"] = cli_run(args)
-    _kept(found, args)
-    table = ratio_table(found, args)
+    found = pooled(args.pool) if args.pool else measure(args)
+    table = ratio_table(found)
     (Path(args.out) / "table.txt").write_text(table + "\n")
     print(table)
 
@@ -262,26 +312,68 @@ def _kept(found: dict, args) -> None:
         print(f"{side}: output tok/s {means}", flush=True)
 
 
-def ratio_table(found: dict, args) -> str:
-    """One row per engine and user level: each side's output tok/s and the ratios."""
+def ratio_table(found: dict) -> str:
+    """One row per engine and user level: each side's output tok/s and the ratios, then the ratios paired by
+    round, and the CPU seconds of the app's processes."""
     spreads = {side: tok_s_spreads(found[side]["runs"]) for side in SIDES}
     lines = [f"{'engine':>8} {'users':>5} {'app, no page':>22} {'page open':>22} {'CLI':>22} "
-             f"{'page/CLI':>9} {'page/no page':>12}   "
-             f"(output tok/s: mean [min-max] of {args.repeats * args.rounds} repeats)"]
+             f"{'page/CLI':>9} {'page/no page':>12}   (output tok/s: mean [min-max] over all repeats, n each)"]
     for key in sorted(spreads["cli"]):
         row = [spreads[side].get(key) for side in SIDES]
         if None in row:
             continue
         no_page, page, cli = row
         lines.append(f"{key[0]:>8} {key[1]:>5} {_spread(no_page):>22} {_spread(page):>22} {_spread(cli):>22} "
-                     f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}")
+                     f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}   n {cli.n}")
+    lines.append(f"{'paired':>8} {'users':>5} " + " ".join(f"{f'{top}/{base}':>22}" for top, base in PAIRS)
+                 + "   (each round's ratio of means: mean [95% bootstrap interval] over the rounds, n rounds)")
+    for key, ratios in sorted(paired_ratios(found).items()):
+        lines.append(f"{key[0]:>8} {key[1]:>5} " + " ".join(f"{_interval(ratios[pair]):>22}" for pair in PAIRS)
+                     + f"   n {len(ratios[PAIRS[0]])}")
     lines.append("CPU s of the app's page process / engine host process / browser (wall s): " + ", ".join(
         f"{side} {found[side]['page_cpu_s']:.1f} / {found[side]['host_cpu_s']:.1f} / "
         f"{found[side]['browser_cpu_s']:.1f} ({found[side]['wall_s']:.1f})" for side in SIDES[:2]))
     return "\n".join(lines)
 
 
-def _spread(found) -> str:
+def paired_ratios(found: dict) -> dict[tuple[str, int], dict[tuple[str, str], list[float]]]:
+    """Per level, each pair of sides compared within each round (the sides of a round ran minutes apart, so a
+    drifting machine moves both): the ratio of the two sides' mean tok/s in each round."""
+    rates = {side: round_rates(found[side]["runs"]) for side in SIDES}
+    out = {}
+    for key in rates["cli"]:
+        pairs = {pair: _round_ratios(rates, key, *pair) for pair in PAIRS}
+        if all(pairs.values()):
+            out[key] = pairs
+    return out
+
+
+def _round_ratios(rates: dict, key: tuple[str, int], top: str, base: str) -> list[float]:
+    tops, bases = rates[top].get(key, {}), rates[base].get(key, {})
+    return [tops[r] / bases[r] for r in sorted(tops.keys() & bases.keys())]
+
+
+def round_rates(runs: list[dict]) -> dict[tuple[str, int], dict[int, float]]:
+    """Mean output tok/s of each level in each round."""
+    by_round: dict[tuple[str, int], dict[int, list[float]]] = {}
+    for run in runs:
+        by_round.setdefault((run["engine"], run["users"]), {}).setdefault(run["round"], []).append(run["output_tok_s"])
+    return {key: {r: sum(v) / len(v) for r, v in rounds.items()} for key, rounds in by_round.items()}
+
+
+def mean_interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The mean and a 95% bootstrap interval of it (the values drawn again with replacement ``draws`` times)."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(draws))
+    return statistics.fmean(values), means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
+def _interval(values: list[float]) -> str:
+    mean, low, high = mean_interval(values)
+    return f"{mean:.3f} [{low:.3f}-{high:.3f}]"
+
+
+def _spread(found: Spread) -> str:
     return f"{found.mean:.1f} [{found.low:.1f}-{found.high:.1f}]"
 
 

@@ -279,11 +279,11 @@ class LabHost:
                 self.bump()
         return ok
 
-    def status_text(self) -> str:
-        """The header line: loading progress, or each engine's health once loaded."""
+    def status_text(self, health: dict[str, dict] | None = None) -> str:
+        """The header line: loading progress, or each engine's health once loaded (``health`` when just read)."""
         if not self.status.ready:
             return self.status.text()
-        health = self.health()
+        health = health or self.health()
         if all(h["state"] == EngineHealth.ALIVE for h in health.values()):
             return "Engines ready."
         dead = self.dead(health)

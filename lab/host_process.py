@@ -105,7 +105,7 @@ class HostService:
         except TimeoutError:  # the loop is busy: the next sync asks again
             running, parts = host.running(), None
         health = host.health()
-        return Snapshot(version=version, running=running, status=host.status, status_text=host.status_text(),
+        return Snapshot(version=version, running=running, status=host.status, status_text=host.status_text(health),
                         health=health, dead=host.dead(health), agreement=host.agreement(), config=host.config,
                         engine_names=host.engine_names, parts=parts)
 

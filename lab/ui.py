@@ -51,6 +51,7 @@ LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82
 FORM_FIELDS = 9  # the Load-test form's values, in plan_from_inputs' order
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
+START_BUTTONS, STOP_BUTTONS = 4, 3  # Run, Workshop demo, the KV tab's Run, Run sweep; the three tabs' Cancel
 
 
 class Handlers:
@@ -189,10 +190,16 @@ class Handlers:
         result = self.host.result
         return [gr.skip()] * 3 if result is None else list(per_level_view(result))
 
-    def buttons(self) -> tuple:
-        """Run and Workshop demo: pressable once the engines are ready."""
-        ready = gr.update(interactive=self.host.status.ready)
-        return ready, ready
+    def buttons_key(self) -> tuple:
+        """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
+        return *self.ready_key(), self.host.running()
+
+    def buttons(self) -> list:
+        """Every tab's start buttons (Run, Workshop demo, Run sweep) pressable once the engines are ready and
+        nothing runs; the Cancel buttons while something runs (the host runs one thing at a time)."""
+        running = self.host.running()
+        start, stop = gr.update(interactive=self.host.status.ready and not running), gr.update(interactive=running)
+        return [start] * START_BUTTONS + [stop] * STOP_BUTTONS
 
     def environment(self) -> tuple[str, dict]:
         """The Environment tab: readable text and the raw dict."""
@@ -264,12 +271,13 @@ def build_app(host: LabHost) -> gr.Blocks:
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
         with gr.Tabs():
             load = _load_tab(host)
-            build_kv_tab(host, TICK_S, QUIET)
+            kv = build_kv_tab(host, TICK_S, QUIET)
             sweeps = build_sweep_tab(host, TICK_S, QUIET)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(handlers.restart, None, [load.message], api_name="restart")
-        _wire_timer(handlers, header, load, results, env)
+        buttons = [load.run, load.demo, kv.run, sweeps.run, load.cancel, kv.cancel, sweeps.cancel]
+        _wire_timer(handlers, header, load, results, env, buttons)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
         app.load(handlers.form_now, None, load.form, api_visibility="private").then(
@@ -388,7 +396,8 @@ def _environment_tab() -> EnvironmentTab:
     return EnvironmentTab(shown=[text, raw], refresh=refresh)
 
 
-def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
+def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
+                buttons: list) -> None:
     """Each tick writes the change keys into gr.State; a group redraws only when its own key changed."""
     groups = [
         (handlers.status_key, handlers.status_lines, header),
@@ -397,7 +406,7 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.finished_key, handlers.load_runs, results.runs),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.ready_key, handlers.environment, env.shown),
-        (handlers.ready_key, handlers.buttons, [load.run, load.demo]),
+        (handlers.buttons_key, handlers.buttons, buttons),
     ]
     redraw_on_change(groups, TICK_S, QUIET)
 

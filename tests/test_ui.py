@@ -13,7 +13,7 @@ import pytest
 from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.config import EngineConfig
-from lab.dashboard import agreement_markdown, agreement_warning
+from lab.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
 from lab.host_process import RemoteHost
 
 CHROMIUM = "/usr/bin/chromium"
@@ -266,8 +266,10 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     wait_text(second, "#progress", "Running", 30)
     second.wait_for_function("() => document.querySelector('#users textarea').value === '4'", timeout=10_000)
     assert second.input_value("#output-len input") == "64"
-    second.click("#run")
-    wait_text(second, "#message", "already in progress", 20)
+    second.wait_for_selector("#run:disabled", timeout=10_000)  # nothing to press twice; Cancel is there to stop it
+    assert second.is_enabled("#cancel") and second.is_disabled("#demo")
+    assert "already in progress" in client(url).predict(["vllm"], "1", "mixed", 8, BOUND_REQUESTS, 1, 1,
+                                                           api_name="/start_run")
     while not any(r.status == "ok" for lvl in host.result.levels for r in lvl.records):
         time.sleep(0.2)
     clicked = time.monotonic()
@@ -276,6 +278,8 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.wait_run(10).status == "cancelled"
     assert time.monotonic() - clicked < 6  # stops within about two seconds (+ the page's 1 s timer)
     wait_text(second, "#message", f"Run {host.result.run_id} ended: cancelled", 10)  # no 'Cancelling' left
+    second.wait_for_selector("#run:enabled", timeout=10_000)
+    assert second.is_disabled("#cancel")
     finished = sum(1 for lvl in host.result.levels for r in lvl.records if r.status == "ok")
     assert f"{finished} requests finished" in first.inner_text("#progress")
     wait_text(first, "#latency", "vllm" if host.result.levels[-1].engine == "vllm" else "hf", 10)
@@ -292,7 +296,6 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
 
     import psutil
 
-    from lab.dashboard import BOUND_REQUESTS
 
     host, url = served
     page = open_ready(browser, url)
