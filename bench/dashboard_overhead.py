@@ -20,8 +20,9 @@ Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 
        [engine options of lab bench]
        python -m bench.dashboard_overhead --pool DIR [DIR ...]   (earlier runs' --out folders, as one table)
 The table gives each side's tok/s over all repeats, then each pair of sides compared round by round (the
-ratio of their means in each round) with a 95% bootstrap interval of the mean ratio: on a drifting machine
-the paired ratio is the sharper figure, and the interval says how sharp.
+ratio of their means in each round: the geometric mean over the rounds, with a 95% t-interval from 4 rounds):
+on a drifting machine the paired ratio is the sharper figure, and the interval says how sharp. Each round's
+CLI files and log are kept in the --out folder (cli-round-N/).
 e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64
 """
 
@@ -30,8 +31,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
-import random
 import socket
 import statistics
 import subprocess
@@ -47,6 +48,7 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SIDES = ("no_page", "page", "cli")
 PAIRS = (("page", "cli"), ("no_page", "cli"), ("page", "no_page"))
+MIN_ROUNDS = 4  # fewer paired rounds give no interval
 READY_JS = ("(() => { const e = document.querySelector('#load-status'); "
             "return e && e.textContent.includes('ready'); })()")
 
@@ -150,7 +152,7 @@ def measure(args) -> dict:
     with serving_app(args) as (url, client, meters):
         for round_ in range(args.rounds):
             for side in side_order(round_):
-                _pool(found, side, in_round(run_side(side, url, client, meters, args), round_))
+                _pool(found, side, in_round(run_side(side, url, client, meters, args, round_), round_))
                 _kept(found, args)
     return found
 
@@ -161,8 +163,8 @@ def in_round(summary: dict, round_: int) -> dict:
 
 
 def pooled(folders: list[str]) -> dict:
-    """The summaries.json of several runs of this bench as one, their rounds numbered on (written before rounds
-    were recorded, a level's round is its repeat: right for --repeats 1 with the CLI in every round)."""
+    """The summaries.json of several runs of this bench as one, their rounds numbered on (a run from before
+    rounds were recorded pools its tok/s, but the paired block leaves it out)."""
     found, first = {}, 0
     for folder in folders:
         path = Path(folder) / "summaries.json"
@@ -170,15 +172,17 @@ def pooled(folders: list[str]) -> dict:
             raise SystemExit(f"--pool: {path} not found (give the --out folders of earlier runs of this bench)")
         saved = json.loads(path.read_text())
         for side, summary in saved.items():
-            runs = [{**run, "round": first + run.get("round", run["repeat"])} for run in summary["runs"]]
+            runs = [{**run, "round": first + run["round"]} if "round" in run else run for run in summary["runs"]]
             _pool(found, side, {**summary, "runs": runs})
-        first = 1 + max(run["round"] for summary in found.values() for run in summary["runs"])
+        first = 1 + max((run["round"] for summary in found.values() for run in summary["runs"] if "round" in run),
+                        default=first - 1)
     return found
 
 
-def run_side(side: str, url: str, client, meters: dict, args) -> dict:
+def run_side(side: str, url: str, client, meters: dict, args, round_: int) -> dict:
+    """One side's run of the plan: its summary (the app's sides with their processes' CPU seconds)."""
     if side == "cli":
-        return cli_run(args)
+        return cli_run(args, Path(args.out) / f"cli-round-{round_}")
     if side == "no_page":
         return _timed_run(client, meters, args)
     with _page_open(url, args):
@@ -228,8 +232,8 @@ def _pool(found: dict, side: str, summary: dict) -> None:
     later = 1 + max(run["repeat"] for run in found[side]["runs"])  # a round's repeats follow the earlier ones'
     found[side]["runs"] += [{**run, "repeat": later + run["repeat"]} for run in summary["runs"]]
     for key in ("page_cpu_s", "host_cpu_s", "browser_cpu_s", "wall_s"):
-        if key in summary:  # the CLI's side has no app processes to meter
-            found[side][key] += summary[key]
+        if key in summary:  # the CLI's side has no app processes to meter (nor older runs a browser)
+            found[side][key] = found[side].get(key, 0) + summary[key]
 
 
 class _page_open:
@@ -254,10 +258,11 @@ class _page_open:
         self.playwright.stop()
 
 
-def cli_run(args) -> dict:
-    """Step 3: the same plan through ``python -m lab bench`` with the same engine options."""
-    out = Path(tempfile.mkdtemp(prefix="kvlab-cli-bench-"))
-    with open(Path(args.out) / "cli.log", "a") as log:
+def cli_run(args, out: Path) -> dict:
+    """Step 3: the same plan through ``python -m lab bench`` with the same engine options (its files and log
+    in ``out``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "cli.log", "w") as log:
         engines_cpus, _ = args.cpus
         subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", args.engines, "--users", args.users,
                         "--workload", args.workload, "--output-len", str(args.output_len),
@@ -315,7 +320,7 @@ def _kept(found: dict, args) -> None:
 def ratio_table(found: dict) -> str:
     """One row per engine and user level: each side's output tok/s and the ratios, then the ratios paired by
     round, and the CPU seconds of the app's processes."""
-    spreads = {side: tok_s_spreads(found[side]["runs"]) for side in SIDES}
+    spreads = {side: tok_s_spreads(found.get(side, {}).get("runs", [])) for side in SIDES}
     lines = [f"{'engine':>8} {'users':>5} {'app, no page':>22} {'page open':>22} {'CLI':>22} "
              f"{'page/CLI':>9} {'page/no page':>12}   (output tok/s: mean [min-max] over all repeats, n each)"]
     for key in sorted(spreads["cli"]):
@@ -326,20 +331,23 @@ def ratio_table(found: dict) -> str:
         lines.append(f"{key[0]:>8} {key[1]:>5} {_spread(no_page):>22} {_spread(page):>22} {_spread(cli):>22} "
                      f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}   n {cli.n}")
     lines.append(f"{'paired':>8} {'users':>5} " + " ".join(f"{f'{top}/{base}':>22}" for top, base in PAIRS)
-                 + "   (each round's ratio of means: mean [95% bootstrap interval] over the rounds, n rounds)")
+                 + f"   (each round's ratio of means: geometric mean over the rounds [95% t-interval from "
+                 f"{MIN_ROUNDS} rounds], n rounds)")
     for key, ratios in sorted(paired_ratios(found).items()):
         lines.append(f"{key[0]:>8} {key[1]:>5} " + " ".join(f"{_interval(ratios[pair]):>22}" for pair in PAIRS)
                      + f"   n {len(ratios[PAIRS[0]])}")
+    meters = [side for side in SIDES[:2] if side in found]
     lines.append("CPU s of the app's page process / engine host process / browser (wall s): " + ", ".join(
-        f"{side} {found[side]['page_cpu_s']:.1f} / {found[side]['host_cpu_s']:.1f} / "
-        f"{found[side]['browser_cpu_s']:.1f} ({found[side]['wall_s']:.1f})" for side in SIDES[:2]))
+        f"{side} {found[side].get('page_cpu_s', 0):.1f} / {found[side].get('host_cpu_s', 0):.1f} / "
+        f"{found[side].get('browser_cpu_s', 0):.1f} ({found[side].get('wall_s', 0):.1f})" for side in meters))
     return "\n".join(lines)
 
 
 def paired_ratios(found: dict) -> dict[tuple[str, int], dict[tuple[str, str], list[float]]]:
     """Per level, each pair of sides compared within each round (the sides of a round ran minutes apart, so a
-    drifting machine moves both): the ratio of the two sides' mean tok/s in each round."""
-    rates = {side: round_rates(found[side]["runs"]) for side in SIDES}
+    drifting machine moves both): the ratio of the two sides' mean tok/s in each round. Levels from runs that
+    predate rounds are left out."""
+    rates = {side: round_rates(found.get(side, {}).get("runs", [])) for side in SIDES}
     out = {}
     for key in rates["cli"]:
         pairs = {pair: _round_ratios(rates, key, *pair) for pair in PAIRS}
@@ -356,21 +364,33 @@ def _round_ratios(rates: dict, key: tuple[str, int], top: str, base: str) -> lis
 def round_rates(runs: list[dict]) -> dict[tuple[str, int], dict[int, float]]:
     """Mean output tok/s of each level in each round."""
     by_round: dict[tuple[str, int], dict[int, list[float]]] = {}
-    for run in runs:
+    for run in (run for run in runs if "round" in run):
         by_round.setdefault((run["engine"], run["users"]), {}).setdefault(run["round"], []).append(run["output_tok_s"])
     return {key: {r: sum(v) / len(v) for r, v in rounds.items()} for key, rounds in by_round.items()}
 
 
-def mean_interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """The mean and a 95% bootstrap interval of it (the values drawn again with replacement ``draws`` times)."""
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(draws))
-    return statistics.fmean(values), means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+def geometric_interval(ratios: list[float]) -> tuple[float, float | None, float | None]:
+    """The geometric mean of ratios and a 95% t-interval of it, from their logarithms (no interval under
+    MIN_ROUNDS: too few to say). Rounds of one run share one app process, so the interval is, if anything, narrow."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < MIN_ROUNDS:
+        return math.exp(mean), None, None
+    half = t_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
-def _interval(values: list[float]) -> str:
-    mean, low, high = mean_interval(values)
-    return f"{mean:.3f} [{low:.3f}-{high:.3f}]"
+def t_975(df: int) -> float:
+    """Student's t 97.5% quantile for ``df`` degrees of freedom: the Cornish-Fisher expansion about the normal
+    quantile (2.769 for 4, exact 2.776; 2.110 for 17, exact 2.110)."""
+    z = statistics.NormalDist().inv_cdf(0.975)
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def _interval(ratios: list[float]) -> str:
+    mean, low, high = geometric_interval(ratios)
+    return f"{mean:.3f} [-]" if low is None else f"{mean:.3f} [{low:.3f}-{high:.3f}]"
 
 
 def _spread(found: Spread) -> str:

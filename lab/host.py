@@ -283,7 +283,7 @@ class LabHost:
         """The header line: loading progress, or each engine's health once loaded (``health`` when just read)."""
         if not self.status.ready:
             return self.status.text()
-        health = health or self.health()
+        health = self.health() if health is None else health
         if all(h["state"] == EngineHealth.ALIVE for h in health.values()):
             return "Engines ready."
         dead = self.dead(health)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gradio as gr
@@ -30,7 +31,7 @@ from lab.dashboard import (
     progress_text,
 )
 from lab.estimate import estimate_text
-from lab.host import LabHost
+from lab.host import EngineHealth, LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
 from lab.presets import workshop_demo
@@ -51,7 +52,6 @@ LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82
 FORM_FIELDS = 9  # the Load-test form's values, in plan_from_inputs' order
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
-START_BUTTONS, STOP_BUTTONS = 4, 3  # Run, Workshop demo, the KV tab's Run, Run sweep; the three tabs' Cancel
 
 
 class Handlers:
@@ -194,12 +194,14 @@ class Handlers:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
         return *self.ready_key(), self.host.running()
 
-    def buttons(self) -> list:
-        """Every tab's start buttons (Run, Workshop demo, Run sweep) pressable once the engines are ready and
-        nothing runs; the Cancel buttons while something runs (the host runs one thing at a time)."""
+    def buttons(self, starts: int, stops: int) -> list:
+        """Every tab's start buttons (``starts`` of them: Run, Workshop demo, the KV tab's Run, Run sweep)
+        pressable once the engines are ready and nothing runs; the ``stops`` Cancel buttons while a run,
+        experiment or sweep goes (the host runs one thing at a time; a restart of dead engines runs to its end)."""
         running = self.host.running()
-        start, stop = gr.update(interactive=self.host.status.ready and not running), gr.update(interactive=running)
-        return [start] * START_BUTTONS + [stop] * STOP_BUTTONS
+        restarting = any(h["state"] == EngineHealth.RESTARTING for h in self.host.health().values())
+        start = gr.update(interactive=self.host.status.ready and not running)
+        return [start] * starts + [gr.update(interactive=running and not restarting)] * stops
 
     def environment(self) -> tuple[str, dict]:
         """The Environment tab: readable text and the raw dict."""
@@ -276,7 +278,7 @@ def build_app(host: LabHost) -> gr.Blocks:
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(handlers.restart, None, [load.message], api_name="restart")
-        buttons = [load.run, load.demo, kv.run, sweeps.run, load.cancel, kv.cancel, sweeps.cancel]
+        buttons = ([load.run, load.demo, kv.run, sweeps.run], [load.cancel, kv.cancel, sweeps.cancel])
         _wire_timer(handlers, header, load, results, env, buttons)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
@@ -297,7 +299,7 @@ def _load_tab(host: LabHost) -> LoadTab:
                 estimate = gr.Markdown(elem_id="estimate")
                 with gr.Row():
                     run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
-                    cancel = gr.Button("Cancel", variant="stop", elem_id="cancel")
+                    cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", interactive=False)
                 demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
                 gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
                 message = gr.Markdown(elem_id="message")
@@ -397,8 +399,10 @@ def _environment_tab() -> EnvironmentTab:
 
 
 def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
-                buttons: list) -> None:
-    """Each tick writes the change keys into gr.State; a group redraws only when its own key changed."""
+                buttons: tuple[list, list]) -> None:
+    """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
+    (``buttons``: the start buttons and the Cancel buttons of every tab)."""
+    starts, stops = buttons
     groups = [
         (handlers.status_key, handlers.status_lines, header),
         (handlers.live_key, handlers.live, load.live),
@@ -406,7 +410,7 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.finished_key, handlers.load_runs, results.runs),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.ready_key, handlers.environment, env.shown),
-        (handlers.buttons_key, handlers.buttons, buttons),
+        (handlers.buttons_key, partial(handlers.buttons, len(starts), len(stops)), starts + stops),
     ]
     redraw_on_change(groups, TICK_S, QUIET)
 

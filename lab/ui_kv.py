@@ -159,8 +159,8 @@ def _layout() -> KvTab:
                             scale=1)
     hint = gr.Markdown(params_hint(DEFAULT_EXPERIMENT), elem_id="kv-params-hint")
     with gr.Row():
-        run = gr.Button("Run", variant="primary", elem_id="kv-run")
-        cancel = gr.Button("Cancel", variant="stop", elem_id="kv-cancel")
+        run = gr.Button("Run", variant="primary", elem_id="kv-run", interactive=False)  # set by the timer
+        cancel = gr.Button("Cancel", variant="stop", elem_id="kv-cancel", interactive=False)
     message = gr.Markdown(elem_id="kv-message")
     progress = gr.Markdown(NO_EXPERIMENT, elem_id="kv-progress")
     live = gr.Plot(label="KV blocks, live (vLLM's pool per request, or HF's slab while HF runs)", elem_id="kv-live")

@@ -142,8 +142,8 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
         requests = gr.Number(2, precision=0, label="Requests per user", elem_id="sweep-requests")
         output_len = gr.Number(0, precision=0, label="Output length (0 = the workload's)", elem_id="sweep-output-len")
     with gr.Row():
-        run = gr.Button("Run sweep", variant="primary", elem_id="sweep-run")
-        cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel")
+        run = gr.Button("Run sweep", variant="primary", elem_id="sweep-run", interactive=False)  # set by the timer
+        cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel", interactive=False)
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
     figure = gr.Plot(label="Measured against the knob", elem_id="sweep-figure")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue #9 part 5 on one lent NVIDIA GPU without network: what the open dashboard costs the engines
-# (python -m bench.dashboard_overhead: app with no page, page open in headless Chromium, CLI; one run each).
+# (python -m bench.dashboard_overhead: app with no page, page open in headless Chromium, CLI; --rounds N turns).
 # The GPU image lacks Gradio, Plotly, Playwright and a browser: they travel from .gpu-dash/ (git-excluded),
 # made on a machine with PyPI and npm by `bash scripts/gpu_dashboard.sh pack` (~140 MB, so in 4 calls,
 # each under the 64 MiB a call carries; files written to /tmp stay while the machine is warm):
