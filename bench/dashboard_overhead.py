@@ -174,8 +174,8 @@ def pooled(folders: list[str]) -> dict:
         for side, summary in saved.items():
             runs = [{**run, "round": first + run["round"]} if "round" in run else run for run in summary["runs"]]
             _pool(found, side, {**summary, "runs": runs})
-        first = 1 + max((run["round"] for summary in found.values() for run in summary["runs"] if "round" in run),
-                        default=first - 1)
+        first += 1 + max((run["round"] for summary in saved.values() for run in summary["runs"] if "round" in run),
+                         default=-1)
     return found
 
 
