@@ -207,7 +207,7 @@ async def lab_streams(url: str, ids: list[list[str]], tokens: dict[str, int], to
             start = time.perf_counter()
             recv: list[float] = []
             async for chunk in engine.stream(GenRequest(request_id, prompt, tokens[request_id])):
-                recv.extend([chunk.time_s] * len(chunk.token_ids))
+                recv.extend(chunk.token_times())
             return {"start_s": start, "recv_s": recv}
 
         return await run_slots(one, ids, freeze=freeze)

@@ -31,16 +31,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.paired import MIN_ROUNDS, interval_text, rotated
 from lab.__main__ import add_engine_args
 from lab.metrics import Spread, tok_s_spreads
 
@@ -48,7 +47,6 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SIDES = ("no_page", "page", "cli")
 PAIRS = (("page", "cli"), ("no_page", "cli"), ("page", "no_page"))
-MIN_ROUNDS = 4  # fewer paired rounds give no interval
 READY_JS = ("(() => { const e = document.querySelector('#load-status'); "
             "return e && e.textContent.includes('ready'); })()")
 
@@ -142,8 +140,7 @@ def serving_app(args):
 
 def side_order(round_: int) -> tuple[str, ...]:
     """The sides of round ``round_``, turned by one each round: a drifting machine favours no side."""
-    turn = round_ % len(SIDES)
-    return SIDES[turn:] + SIDES[:turn]
+    return tuple(rotated(list(SIDES), round_))
 
 
 def measure(args) -> dict:
@@ -334,7 +331,7 @@ def ratio_table(found: dict) -> str:
                  + f"   (each round's ratio of means: geometric mean over the rounds [95% t-interval from "
                  f"{MIN_ROUNDS} rounds], n rounds)")
     for key, ratios in sorted(paired_ratios(found).items()):
-        lines.append(f"{key[0]:>8} {key[1]:>5} " + " ".join(f"{_interval(ratios[pair]):>22}" for pair in PAIRS)
+        lines.append(f"{key[0]:>8} {key[1]:>5} " + " ".join(f"{interval_text(ratios[pair]):>22}" for pair in PAIRS)
                      + f"   n {len(ratios[PAIRS[0]])}")
     meters = [side for side in SIDES[:2] if side in found]
     lines.append("CPU s of the app's page process / engine host process / browser (wall s): " + ", ".join(
@@ -367,30 +364,6 @@ def round_rates(runs: list[dict]) -> dict[tuple[str, int], dict[int, float]]:
     for run in (run for run in runs if "round" in run):
         by_round.setdefault((run["engine"], run["users"]), {}).setdefault(run["round"], []).append(run["output_tok_s"])
     return {key: {r: sum(v) / len(v) for r, v in rounds.items()} for key, rounds in by_round.items()}
-
-
-def geometric_interval(ratios: list[float]) -> tuple[float, float | None, float | None]:
-    """The geometric mean of ratios and a 95% t-interval of it, from their logarithms (no interval under
-    MIN_ROUNDS: too few to say). Rounds of one run share one app process, so the interval is, if anything, narrow."""
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    if len(logs) < MIN_ROUNDS:
-        return math.exp(mean), None, None
-    half = t_975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-
-
-def t_975(df: int) -> float:
-    """Student's t 97.5% quantile for ``df`` degrees of freedom: the Cornish-Fisher expansion about the normal
-    quantile (2.769 for 4, exact 2.776; 2.110 for 17, exact 2.110)."""
-    z = statistics.NormalDist().inv_cdf(0.975)
-    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
-
-
-def _interval(ratios: list[float]) -> str:
-    mean, low, high = geometric_interval(ratios)
-    return f"{mean:.3f} [-]" if low is None else f"{mean:.3f} [{low:.3f}-{high:.3f}]"
 
 
 def _spread(found: Spread) -> str:

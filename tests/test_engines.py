@@ -49,6 +49,13 @@ def test_vllm_cpu_attention_is_named_in_engine_args(lab):
     assert chosen.startswith("vec") if has_amx() else chosen.startswith("vLLM's own choice")
 
 
+def test_engine_mode_keeps_only_the_labs_stat_logger(lab):
+    stat_loggers = lab.engines["vllm-engine"]._engine.logger_manager.stat_loggers
+    kept = [each for logger in stat_loggers for each in logger.per_engine_stat_loggers.values()]
+    assert len(stat_loggers) == 1 and kept[0].lab_sampler  # KV samples still come: the next test's peak_usage
+    assert len(lab.engines["vllm"]._engine.logger_manager.stat_loggers) > 1  # served mode keeps vLLM's own
+
+
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("users", [1, 5])
 def test_load_test_exact_token_counts(lab, name, users):

@@ -5,6 +5,7 @@ The real LLMEngine runs in tests/test_engines.py; here the loop's own logic is c
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 
 from lab.config import EngineConfig
@@ -108,3 +109,23 @@ def test_a_cancelled_request_is_aborted_in_the_engine():
 
     asyncio.run(go())
     assert any(request_id.startswith("long") for request_id in core.aborted) and not core.left
+
+
+def test_steps_quicker_than_a_flush_reach_the_user_together_each_token_keeping_its_steps_time():
+    class Quick(FakeCore):
+        def step(self):
+            time.sleep(0.002)
+            return super().step()
+
+    async def go():
+        engine = engine_on(Quick(), asyncio.get_running_loop())
+        try:
+            return [chunk async for chunk in engine.stream(GenRequest("r", (1,), 40))]
+        finally:
+            engine._steps.stopping = True
+
+    chunks = asyncio.run(go())
+    times = [t for chunk in chunks for t in chunk.token_times()]
+    assert sum(len(chunk.token_ids) for chunk in chunks) == 40 and len(chunks) < 40  # handed over in batches
+    assert times == sorted(times) and len(set(times)) == 40  # still one time per step
+    assert all(chunk.time_s == chunk.token_times()[0] for chunk in chunks)

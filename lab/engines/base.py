@@ -48,10 +48,22 @@ class GenRequest:
 
 @dataclass(frozen=True)
 class TokenChunk:
-    """Tokens that reached the caller at one instant (perf_counter seconds)."""
+    """Tokens handed to the caller together (perf_counter seconds).
+
+    Attributes:
+        time_s: When the first of them was made (all of them, when times_s is empty).
+        token_ids: The tokens.
+        times_s: Each token's own time, where one hand-over carries tokens made at different instants
+            (the step loop's batch of steps); empty when all were made at time_s.
+    """
 
     time_s: float
     token_ids: tuple[int, ...]
+    times_s: tuple[float, ...] = ()
+
+    def token_times(self) -> list[float]:
+        """When each token was made."""
+        return list(self.times_s) if self.times_s else [self.time_s] * len(self.token_ids)
 
 
 @dataclass(frozen=True)

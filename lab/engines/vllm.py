@@ -287,6 +287,8 @@ def _sampler_factory(engine: VLLMEngine):
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class _Sampler(StatLoggerBase):
+        lab_sampler = True  # vllm-engine keeps this one of vLLM's stat loggers
+
         def __init__(self, vllm_config, engine_index: int = 0):
             self.engine_index = engine_index
 

@@ -28,16 +28,33 @@ _END = object()
 
 @dataclass
 class StepSlot:
-    """One request in the step loop, with the asyncio queue its tokens go to (in batches: lists)."""
+    """One request in the step loop, with the asyncio queue its items go to (in batches: lists)."""
 
     request: GenRequest
     out: asyncio.Queue
     request_id: str = ""
-    pending: list = field(default_factory=list)  # chunks (and the end) not yet handed to the event loop
+    token_ids: list = field(default_factory=list)  # made since the last hand-over
+    times_s: list = field(default_factory=list)  # each one's step time
+    last: object = None  # the end, or why it stopped, once it left the loop
+
+    def stamp(self, token_ids, now: float) -> None:
+        """Keep one step's tokens, each stamped with the step's time."""
+        self.token_ids.extend(token_ids)
+        self.times_s.extend([now] * len(token_ids))
+
+    def pending(self) -> bool:
+        return bool(self.token_ids) or self.last is not None
 
     def take(self) -> list:
-        taken, self.pending = self.pending, []
-        return taken
+        """What the request's user gets at this hand-over: one chunk of its tokens (each with its own
+        step's time), then the end if it came."""
+        items = []
+        if self.token_ids:
+            items.append(TokenChunk(self.times_s[0], tuple(self.token_ids), tuple(self.times_s)))
+            self.token_ids, self.times_s = [], []
+        if self.last is not None:
+            items.append(self.last)
+        return items
 
 
 def _put_all(batch: list) -> None:
@@ -109,15 +126,14 @@ class StepLoop:
             slot = self.slots.get(output.request_id)
             if slot is None:
                 continue
-            new = tuple(output.outputs[0].token_ids) if output.outputs else ()
-            if new:
-                slot.pending.append(TokenChunk(time_s=now, token_ids=new))
+            if output.outputs:
+                slot.stamp(output.outputs[0].token_ids, now)
             if output.finished:
                 self.end(slot, _END)
 
     def end(self, slot: StepSlot, last) -> None:
         """The slot leaves the loop; ``last`` (the end, or why it stopped) follows its tokens."""
-        slot.pending.append(last)
+        slot.last = last
         self.slots.pop(slot.request_id, None)
         self.ended.append(slot)
 
@@ -127,7 +143,7 @@ class StepLoop:
         now = time.perf_counter()
         if not (force or self.ended or now - self.flushed_s >= FLUSH_S):
             return
-        batch = [(slot.out, slot.take()) for slot in [*self.slots.values(), *self.ended] if slot.pending]
+        batch = [(slot.out, slot.take()) for slot in [*self.slots.values(), *self.ended] if slot.pending()]
         self.ended, self.flushed_s = [], now
         if batch:
             self.loop.call_soon_threadsafe(_put_all, batch)
@@ -137,6 +153,20 @@ class StepLoop:
         for slot in list(self.slots.values()):
             self.end(slot, RequestRejected(str(error)))
         self.flush(force=True)
+
+
+def keep_lab_sampler(engine) -> None:
+    """Of vLLM's stat loggers keep only the lab's sampler: engine mode serves no /metrics and logs no
+    throughput lines, and vLLM's Prometheus logger observes every token's inter-token latency at every
+    step. The scheduler's stats (KV blocks, queues, prefix hits) still reach the sampler each step."""
+    manager = getattr(engine, "logger_manager", None)
+    if manager is not None:
+        manager.stat_loggers = [each for each in manager.stat_loggers if _wraps_lab_sampler(each)]
+
+
+def _wraps_lab_sampler(stat_logger) -> bool:
+    inner = getattr(stat_logger, "per_engine_stat_loggers", {}).values()
+    return any(getattr(each, "lab_sampler", False) for each in inner)
 
 
 class VLLMStepEngine(VLLMEngine):
@@ -157,8 +187,10 @@ class VLLMStepEngine(VLLMEngine):
 
         self._engine = await asyncio.to_thread(LLMEngine.from_engine_args, EngineArgs(**kwargs),
                                                stat_loggers=[_sampler_factory(self)])
+        keep_lab_sampler(self._engine)
         self.info = await asyncio.to_thread(self._describe, kwargs, attention)
         self.info.args["batching"] = "continuous (PagedAttention), LLMEngine.step() loop: no async front end"
+        self.info.args["stat_loggers"] = "the lab's sampler only (no Prometheus, no log lines: nothing serves them)"
         self._steps = StepLoop(self._engine, asyncio.get_running_loop(), self._params)
         self._thread = threading.Thread(target=self._serve, name="vllm-step-loop", daemon=True)
         self._thread.start()
@@ -208,7 +240,8 @@ class VLLMStepEngine(VLLMEngine):
             self._steps.cancel(request_id)
 
     async def stream(self, request: GenRequest):
-        """Hand the request to the step loop and yield its tokens, one chunk per engine step."""
+        """Hand the request to the step loop and yield its tokens, one chunk per hand-over (each token
+        stamped with its step's time)."""
         problem = self.check(request)
         if problem:
             raise RequestRejected(problem)

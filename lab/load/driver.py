@@ -83,7 +83,7 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
         async for chunk in engine.stream(request):
             if record.first_token_s is None:
                 record.first_token_s = chunk.time_s
-            record.token_times_s.extend([chunk.time_s] * len(chunk.token_ids))
+            record.token_times_s.extend(chunk.token_times())
     except asyncio.CancelledError:  # swallowed on purpose: the caller re-raises after recording
         record.status, record.error = CANCELLED, "run cancelled"
     except RequestCancelled as exc:
