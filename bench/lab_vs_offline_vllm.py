@@ -3,13 +3,17 @@
 bare AsyncLLM client (N concurrent generate() streams, no lab code).
 
 Every face is started at once, each with its own KV pool (--kv-cache-gib), then they take turns for --rounds
-rounds, the order turned by one each round; every turn sends the same requests all at once (users = requests)
-after a prefix-cache reset. A machine whose speed drifts (a lent GPU host moved one offline call by +-20% from
-run to run) moves the faces of a round together, so the ratios are taken round by round and printed as a
-geometric mean with a 95% t-interval: engine mode / offline (issue #9's goal: >= 0.9) and served / bare AsyncLLM.
-Same model, same prompts, exact output lengths, greedy, token ids only.
-Usage: python -m bench.lab_vs_offline_vllm [--requests 64] [--output-len 64] [--rounds 6]
+rounds. Every turn warms its face with the lab's two short warm-up requests, resets the prefix cache and sends
+the same requests all at once (users = requests). The order turns by one every two rounds and runs backwards on
+odd rounds, so over 2 x faces rounds each face goes first as often as the others and before each other face
+half the time: a drifting machine favours none. Offline and the bare client get the step token budget the lab's
+engines got (max_num_batched_tokens; vLLM's LLM class defaults to a larger one). Printed: each face's rates,
+engine mode / offline (issue #9's goal: >= 0.9) and served / bare AsyncLLM as geometric means of the rounds'
+ratios with a 95% t-interval (the spread is mostly per call, so more rounds narrow it). Same model, same prompts,
+exact output lengths, greedy, token ids only.
+Usage: python -m bench.lab_vs_offline_vllm [--requests 64] [--output-len 64] [--rounds 8]
        [--faces offline,engine,served,bare] [--device cuda] [--model FOLDER] [--load-format dummy] [--kv-cache-gib 8]
+       python -m bench.lab_vs_offline_vllm --pool REPORT... (saved reports' rounds as one run)
 """
 
 from __future__ import annotations
@@ -23,25 +27,28 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.paired import geometric_interval, interval_text, rotated
+from bench.paired import geometric_interval, interval_text, turn_order
 from lab.__main__ import add_engine_args, engine_config_from
 from lab.config import EngineConfig, LoadConfig, RunPlan
-from lab.runs import level_requests
-from lab.session import LabSession
+from lab.runs import level_requests, warmup_requests
+from lab.session import LabSession, settle_heap
 
+log = logging.getLogger(__name__)
 GOAL = 0.90  # engine mode / offline, all requests at once
 CUDA_KV_GIB = 8.0  # each face's KV pool on a GPU unless --kv-cache-gib says: all faces must fit at once
 SETTLE_S = {"cpu": 1.5, "cuda": 0.2}  # a pause between turns (vLLM's CPU worker spins ~1 s after its requests)
 FACES = ("offline", "engine", "served", "bare")
+LAB_ENGINES = {"engine": "vllm-engine", "served": "vllm"}
 PAIRS = (("engine", "offline"), ("served", "bare"))
 LABELS = {"offline": "offline LLM.generate, all at once",
           "engine": "lab vllm-engine (step loop), closed-loop users",
           "served": "lab vllm (AsyncLLM streaming), closed-loop users",
           "bare": "bare AsyncLLM client, concurrent streams"}
+POOLED = "reports pooled"  # the heading of a pooled report, which --pool leaves out
 
 
 def at_once_plan(args, engine: str) -> RunPlan:
-    """All requests at once: one closed-loop user per request, one request each."""
+    """All requests at once: one closed-loop user per request, one request each, after the lab's warm-up."""
     return RunPlan(engines=(engine,), load=LoadConfig(
         users=(args.requests,), requests_per_user=1, workload=args.workload, output_len=args.output_len,
         warmup_requests=2))
@@ -61,21 +68,19 @@ def _prompts_and_params(requests, delta: bool = False):
 class Offline:
     """LLM.generate over every request at once (vLLM's stats off, as LLM has them by default)."""
 
-    def __init__(self, config: EngineConfig, model_path: str, requests):
-        self.config, self.model_path, self.requests, self.llm = config, model_path, requests, None
+    def __init__(self, config: EngineConfig, model_path: str, requests, warmup):
+        self.config, self.model_path, self.requests, self.warmup = config, model_path, requests, warmup
+        self.llm, self.budget = None, None
 
     async def start(self) -> None:
         from vllm import LLM
 
-        from lab.engines.vllm import engine_kwargs
-
-        kwargs = engine_kwargs(self.config, self.model_path)
-        kwargs.pop("disable_log_stats", None)
-        self.llm = LLM(**kwargs)
+        self.llm = LLM(**vllm_kwargs(self.config, self.model_path, self.budget, stats=False))
         self.prompts, self.params = _prompts_and_params(self.requests)
-        self.llm.generate(self.prompts[:2], self.params[:2], use_tqdm=False)
+        self.warm = _prompts_and_params(self.warmup)
 
     async def run(self) -> float:
+        self.llm.generate(*self.warm, use_tqdm=False)
         self.llm.reset_prefix_cache()
         start = time.perf_counter()
         outputs = self.llm.generate(self.prompts, self.params, use_tqdm=False)
@@ -96,6 +101,10 @@ class LabFace:
         self.session = LabSession(self.config, (self.engine,))
         await self.session.start()
 
+    def budget(self) -> int:
+        """The step token budget (max_num_batched_tokens) vLLM gave this engine."""
+        return self.session.info[self.engine].args["max_num_batched_tokens"]
+
     async def run(self) -> float:
         result = await self.session.run(self.plan)
         return result.levels[0].summary.output_tok_s
@@ -108,30 +117,33 @@ class LabFace:
 class BareAsync:
     """Every request as its own AsyncLLM.generate() stream (DELTA), all at once: no lab code at all."""
 
-    def __init__(self, config: EngineConfig, model_path: str, requests):
-        self.config, self.model_path, self.requests, self.engine = config, model_path, requests, None
-        self.ids = itertools.count()
+    def __init__(self, config: EngineConfig, model_path: str, requests, warmup):
+        self.config, self.model_path, self.requests, self.warmup = config, model_path, requests, warmup
+        self.engine, self.budget, self.ids = None, None, itertools.count()
 
     async def start(self) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from lab.engines.vllm import engine_kwargs
+        kwargs = vllm_kwargs(self.config, self.model_path, self.budget, stats=True)
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(self.config, self.model_path)))
-        self.prompts, self.params = _prompts_and_params(self.requests, delta=True)
-        await asyncio.gather(self.one(0), self.one(1))
+    async def all_at_once(self, requests) -> int:
+        prompts, params = _prompts_and_params(requests, delta=True)
 
-    async def one(self, index: int) -> int:
-        made = 0
-        async for output in self.engine.generate(self.prompts[index], self.params[index], f"bare-{next(self.ids)}"):
-            made += len(output.outputs[0].token_ids)
-        return made
+        async def one(index: int) -> int:
+            made = 0
+            async for output in self.engine.generate(prompts[index], params[index], f"bare-{next(self.ids)}"):
+                made += len(output.outputs[0].token_ids)
+            return made
+
+        return sum(await asyncio.gather(*(one(i) for i in range(len(requests)))))
 
     async def run(self) -> float:
+        await self.all_at_once(self.warmup)
         await self.engine.reset_prefix_cache()
         start = time.perf_counter()
-        tokens = sum(await asyncio.gather(*(self.one(i) for i in range(len(self.requests)))))
+        tokens = await self.all_at_once(self.requests)
         return tokens / (time.perf_counter() - start)
 
     async def stop(self) -> None:
@@ -139,38 +151,69 @@ class BareAsync:
             self.engine.shutdown()
 
 
-def make_faces(config: EngineConfig, args, model_path: str, requests) -> dict:
-    """The faces asked for by --faces, not yet started."""
-    made = {"offline": lambda: Offline(config, model_path, requests),
-            "engine": lambda: LabFace(config, args, "vllm-engine"),
-            "served": lambda: LabFace(config, args, "vllm"),
-            "bare": lambda: BareAsync(config, model_path, requests)}
-    return {name: made[name]() for name in args.faces}
+def vllm_kwargs(config: EngineConfig, model_path: str, budget: int | None, stats: bool) -> dict:
+    """The lab's vLLM engine args, with the lab engines' step token budget where one was read."""
+    from lab.engines.vllm import engine_kwargs
+
+    kwargs = engine_kwargs(config, model_path)
+    kwargs["disable_log_stats"] = not stats
+    if budget is not None:
+        kwargs["max_num_batched_tokens"] = budget
+    return kwargs
+
+
+def make_faces(config: EngineConfig, args, model_path: str, requests, warmup) -> dict:
+    """The faces asked for by --faces, not yet started, the lab's first (the others take their step budget)."""
+    made = {"offline": lambda: Offline(config, model_path, requests, warmup),
+            "engine": lambda: LabFace(config, args, LAB_ENGINES["engine"]),
+            "served": lambda: LabFace(config, args, LAB_ENGINES["served"]),
+            "bare": lambda: BareAsync(config, model_path, requests, warmup)}
+    return {name: made[name]() for name in sorted(args.faces, key=lambda name: name not in LAB_ENGINES)}
+
+
+async def start_all(faces: dict) -> None:
+    """Start the faces in order; offline and bare get the first lab engine's step budget."""
+    budget = None
+    for name, face in faces.items():
+        log.info("starting %s", name)
+        if name not in LAB_ENGINES:
+            face.budget = budget
+        await face.start()
+        if name in LAB_ENGINES and budget is None:
+            budget = face.budget()
+    settle_heap()  # as the CLI does after its start
+    log.info("step token budget (max_num_batched_tokens) of every face: %s", budget or "vLLM's default")
 
 
 async def take_turns(faces: dict, rounds: int, settle_s: float) -> dict[str, list[float]]:
-    """Start every face, then --rounds rounds of one turn each, the order turned each round; stop them all."""
+    """Start every face, then --rounds rounds of one turn each (turn_order); stop them all, whatever happened."""
     rates: dict[str, list[float]] = {name: [] for name in faces}
     try:
-        for name, face in faces.items():
-            logging.info("starting %s", name)
-            await face.start()
+        await start_all(faces)
         for round_ in range(rounds):
-            for name in rotated(list(faces), round_):
+            for name in turn_order(list(faces), round_):
                 await asyncio.sleep(settle_s)
                 rates[name].append(await faces[name].run())
-            logging.info("round %d: %s", round_ + 1, {name: round(r[-1]) for name, r in rates.items()})
+            log.info("round %d: %s", round_ + 1, {name: round(r[-1]) for name, r in rates.items()})
     finally:
-        for face in faces.values():
-            await face.stop()
+        await stop_all(faces)
     return rates
+
+
+async def stop_all(faces: dict) -> None:
+    """Stop every face; one that fails to stop does not keep the others running."""
+    for name, face in faces.items():
+        try:
+            await face.stop()
+        except Exception:  # the next face must still stop
+            log.exception("stopping %s failed", name)
 
 
 def report(rates: dict[str, list[float]], heading: str) -> list[str]:
     """Each face's rate per round and mean, then the paired ratios."""
     lines = [heading, f"{'face':<48} {'mean tok/s':>10}   per round"]
     for name, values in rates.items():
-        lines.append(f"{LABELS[name]:<48} {statistics.fmean(values):>10.0f}   " + " ".join(f"{r:.0f}" for r in values))
+        lines.append(f"{LABELS[name]:<48} {statistics.fmean(values):>10.1f}   " + " ".join(f"{r:.1f}" for r in values))
     lines.append("paired, round by round (geometric mean [95% t-interval]):")
     for top, bottom in PAIRS:
         if top in rates and bottom in rates:
@@ -179,18 +222,33 @@ def report(rates: dict[str, list[float]], heading: str) -> list[str]:
     return lines
 
 
+def verdict(top: str, bottom: str, ratios: list[float]) -> str:
+    """Issue #9's goal on engine mode / offline, said on the mean and on the interval's low end."""
+    if (top, bottom) != ("engine", "offline"):
+        return ""
+    mean, low, _ = geometric_interval(ratios)
+    if mean < GOAL:
+        return f"   goal >= {GOAL}: NOT met"
+    return f"   goal >= {GOAL}: met on the mean" + ("" if low is None else (
+        ", and by the whole interval" if low >= GOAL else ", not by the whole interval"))
+
+
 def heading(args, config: EngineConfig, model_path: str) -> str:
     from lab.engines.vllm import kv_budget_bytes
 
     return (f"{args.requests} requests at once, {args.workload}, {args.output_len} output tokens each, "
             f"{config.resolved_device()}, {model_path}, KV pool {kv_budget_bytes(config) / 2**30:g} GiB per face; "
-            f"{args.rounds} rounds, the order turned each round")
+            f"{args.rounds} rounds, turns in a balanced order")
 
 
 def read_rates(path: str) -> dict[str, list[float]]:
-    """The per-round rates of a saved report, by face."""
+    """The per-round rates of a saved report, by face; a pooled report gives none (its rounds are elsewhere)."""
+    lines = Path(path).read_text().splitlines()
+    if lines and POOLED in lines[0]:
+        log.warning("%s is a pooled report: left out", path)
+        return {}
     rates = {}
-    for line in Path(path).read_text().splitlines():
+    for line in lines:
         for name, label in LABELS.items():
             if line.startswith(label):
                 rates[name] = [float(value) for value in line[len(label):].split()[1:]]
@@ -198,20 +256,22 @@ def read_rates(path: str) -> dict[str, list[float]]:
 
 
 def pooled(paths: list[str]) -> dict[str, list[float]]:
-    """Saved reports' rounds as one run (the faces all of them have)."""
-    found = [read_rates(path) for path in paths]
-    common = [name for name in FACES if all(name in rates for rates in found)]
+    """Saved reports' rounds as one run: the faces every report has (reports without faces are left out)."""
+    found = [rates for rates in map(read_rates, paths) if rates]
+    common = [name for name in FACES if found and all(name in rates for rates in found)]
     return {name: [value for rates in found for value in rates[name]] for name in common}
 
 
-def verdict(top: str, bottom: str, ratios: list[float]) -> str:
-    """Issue #9's goal on engine mode / offline, said on the mean."""
-    if (top, bottom) != ("engine", "offline"):
-        return ""
-    mean, low, _ = geometric_interval(ratios)
-    said = "met" if mean >= GOAL else "NOT met"
-    sure = "" if low is None else (", and by the whole interval" if low >= GOAL else ", not by the whole interval")
-    return f"   goal >= {GOAL}: {said} on the mean{sure if mean >= GOAL else ''}"
+def pool(paths: list[str]) -> None:
+    """--pool: print the saved reports' rounds as one table, or say why there is none."""
+    missing = [path for path in paths if not Path(path).is_file()]
+    if missing:
+        raise SystemExit(f"--pool: no such report: {', '.join(missing)}")
+    rates = pooled(paths)
+    if not rates:
+        raise SystemExit("--pool: these files hold no face that every one of them has (are they reports of this "
+                         "bench, and not pooled ones?)")
+    print("\n".join(report(rates, f"{len(paths)} {POOLED}: {len(next(iter(rates.values())))} rounds")))
 
 
 def parse_args():
@@ -220,7 +280,7 @@ def parse_args():
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--workload", default="mixed")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=8, help="best a multiple of 2 x faces (the turns balance)")
     parser.add_argument("--pool", nargs="+", metavar="REPORT", default=None,
                         help="table saved reports of this bench as one run (their rounds pooled); runs nothing")
     parser.add_argument("--faces", default=",".join(FACES), type=lambda text: tuple(text.split(",")),
@@ -237,9 +297,7 @@ def parse_args():
 def main() -> None:
     args = parse_args()
     if args.pool:
-        rates = pooled(args.pool)
-        print("\n".join(report(rates, f"{len(args.pool)} reports pooled: {len(next(iter(rates.values())))} rounds")))
-        return
+        return pool(args.pool)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = engine_config_from(args)
     if config.resolved_device() == "cuda" and config.kv_cache_gib is None:
@@ -249,9 +307,10 @@ def main() -> None:
     from lab.model import resolve_model
 
     model_path = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     plan = at_once_plan(args, "vllm")
-    requests = list(level_requests(AutoTokenizer.from_pretrained(model_path), plan, args.requests))
-    faces = make_faces(config, args, model_path, requests)
+    requests = list(level_requests(tokenizer, plan, args.requests))
+    faces = make_faces(config, args, model_path, requests, warmup_requests(tokenizer, plan, "bench"))
     rates = asyncio.run(take_turns(faces, args.rounds, SETTLE_S[config.resolved_device()]))
     print("\n" + "\n".join(report(rates, heading(args, config, model_path))))
 

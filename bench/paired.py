@@ -1,8 +1,11 @@
-"""Paired ratios for the benches that turn their sides' order round by round (bench.dashboard_overhead,
-bench.lab_vs_offline_vllm): each round's ratio of two sides, summed up as a geometric mean with a 95% t-interval.
+"""Paired ratios for the benches whose sides take turns round by round (bench.dashboard_overhead,
+bench.lab_vs_offline_vllm): each round's ratio of two sides, summed up as a geometric mean with a 95% t-interval,
+and the orders the sides take their turns in.
 
-A machine whose speed drifts between and within processes (a lent GPU host's CPU moved one offline vLLM call
-by ±20% run to run) moves both sides of a round together, so the ratio of a round is steadier than either side.
+Turns in a balanced order keep a drifting machine from favouring a side; a round's ratio is steadier than
+either side only where the sides of a round move together. On a lent H100 host they mostly did not (offline
+and engine mode correlated at r = 0.23 within a round, docs/benchmarks.md): there the spread is per call, and
+more rounds, not the pairing, narrow the interval.
 """
 
 from __future__ import annotations
@@ -42,3 +45,10 @@ def rotated(sides: list, round_: int) -> list:
     """The sides in round ``round_``'s order: turned by one each round, so each goes first as often."""
     shift = round_ % len(sides)
     return sides[shift:] + sides[:shift]
+
+
+def turn_order(sides: list, round_: int) -> list:
+    """The sides in round ``round_``'s order: turned by one every two rounds and backwards on odd rounds, so over
+    2 x len(sides) rounds each goes first as often as the others and before each other side half the time."""
+    order = rotated(sides, round_ // 2)
+    return order[::-1] if round_ % 2 else order

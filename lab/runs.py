@@ -186,13 +186,19 @@ def level_requests(tokenizer, plan: RunPlan, users: int, repeat: int = 0) -> Ite
         chunk += 1
 
 
+def warmup_requests(tokenizer, plan: RunPlan, name: str) -> list[GenRequest]:
+    """The plan's unmeasured requests before a level: warmup_requests short ones (<= 16 tokens) of its workload."""
+    if not plan.load.warmup_requests:
+        return []
+    return make_requests(tokenizer, plan.load.workload, plan.load.warmup_requests, plan.load.seed + 99,
+                         min(plan.load.output_len or 16, 16), True, prefix=f"warmup-{name}")
+
+
 async def warm_up(engine: Engine, tokenizer, plan: RunPlan) -> None:
     """Send a few unmeasured requests, then forget their cache and samples."""
-    count = plan.load.warmup_requests
-    if count:
-        requests = make_requests(tokenizer, plan.load.workload, count, plan.load.seed + 99,
-                                 min(plan.load.output_len or 16, 16), True, prefix=f"warmup-{engine.name}")
-        await run_users(engine, iter(requests), users=count)
+    requests = warmup_requests(tokenizer, plan, engine.name)
+    if requests:
+        await run_users(engine, iter(requests), users=len(requests))
     await engine.reset()
     engine.drain_samples()
 

@@ -9,8 +9,8 @@ import time
 from types import SimpleNamespace
 
 from lab.config import EngineConfig
-from lab.engines.base import GenRequest
-from lab.engines.vllm_engine import StepLoop, VLLMStepEngine
+from lab.engines.base import GenRequest, RequestRejected
+from lab.engines.vllm_engine import _END, StepLoop, StepSlot, VLLMStepEngine
 from lab.load.driver import ERROR, OK, run_users
 
 
@@ -90,8 +90,6 @@ def test_a_freed_user_joins_at_a_later_step_and_rejections_are_per_request():
 def test_a_cancelled_request_is_aborted_in_the_engine():
     class Slow(FakeCore):
         def step(self):
-            import time
-
             time.sleep(0.01)
             return super().step()
 
@@ -129,3 +127,26 @@ def test_steps_quicker_than_a_flush_reach_the_user_together_each_token_keeping_i
     assert sum(len(chunk.token_ids) for chunk in chunks) == 40 and len(chunks) < 40  # handed over in batches
     assert times == sorted(times) and len(set(times)) == 40  # still one time per step
     assert all(chunk.time_s == chunk.token_times()[0] for chunk in chunks)
+
+
+def test_a_hand_over_gives_the_tokens_first_then_the_end():
+    slot = StepSlot(request=GenRequest("r", (1,), 3), out=None)
+    slot.stamp([5, 6], 1.0)
+    slot.stamp([7], 2.0)
+    slot.last = _END
+    chunk, end = slot.take()
+    assert (chunk.token_ids, chunk.token_times(), end) == ((5, 6, 7), [1.0, 1.0, 2.0], _END)
+    assert not slot.token_ids and chunk.time_s == 1.0
+
+
+def test_a_dead_loop_answers_what_waited_to_join_and_refuses_what_comes_after():
+    async def go():
+        steps = StepLoop(FakeCore(), asyncio.get_running_loop(), lambda request: (None, request.max_tokens))
+        waiting, late = (StepSlot(GenRequest(name, (1,), 3), asyncio.Queue(), name) for name in ("waiting", "late"))
+        steps.submit(waiting)  # sent, not yet added by the loop
+        steps.fail_all(RuntimeError("boom"))
+        steps.submit(late)
+        return [await asyncio.wait_for(slot.out.get(), 1) for slot in (waiting, late)]
+
+    answers = asyncio.run(go())
+    assert all(isinstance(items[-1], RequestRejected) and "boom" in str(items[-1]) for items in answers)

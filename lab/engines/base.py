@@ -50,8 +50,11 @@ class GenRequest:
 class TokenChunk:
     """Tokens handed to the caller together (perf_counter seconds).
 
+    Streaming engines stamp a token when it reaches the caller; vllm-engine stamps every token of a step with
+    the time the step returned, and hands several steps over at once (at most 20 ms later).
+
     Attributes:
-        time_s: When the first of them was made (all of them, when times_s is empty).
+        time_s: The first token's time (every token's, when times_s is empty).
         token_ids: The tokens.
         times_s: Each token's own time, where one hand-over carries tokens made at different instants
             (the step loop's batch of steps); empty when all were made at time_s.
@@ -60,6 +63,10 @@ class TokenChunk:
     time_s: float
     token_ids: tuple[int, ...]
     times_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.times_s and len(self.times_s) != len(self.token_ids):
+            raise ValueError(f"{len(self.times_s)} times for {len(self.token_ids)} tokens")
 
     def token_times(self) -> list[float]:
         """When each token was made."""

@@ -118,6 +118,7 @@ class VLLMEngine:
         args["decoding"] = "greedy"
         args["output"] = "token ids only (detokenize=False): HF's baseline makes ids too; the lab decodes itself"
         args["num_kv_blocks"] = cache.num_gpu_blocks
+        args["max_num_batched_tokens"] = self._engine.vllm_config.scheduler_config.max_num_batched_tokens
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
             args["cpu_attention"] = attention

@@ -2,10 +2,11 @@
 
 The ``vllm`` engine serves through AsyncLLM, vLLM's async front end, as a server does: each token of each
 request crosses an output handler and an asyncio queue. Here one worker thread drives ``LLMEngine``
-itself, as offline ``LLM.generate`` does: it adds the requests that arrived, calls ``step()``, and hands
-every request the tokens of that step, all stamped with the one time the step returned; a request that
-ends frees its user, whose next request joins at the next step. The gap between the two engines is the
-per-token cost of the async front end.
+itself, as offline ``LLM.generate`` does: it adds the requests that arrived, calls ``step()``, and stamps
+every token of that step with the one time the step returned. The tokens reach their users in batches
+(at most every FLUSH_S, and at once when a request ends, so its user's next request joins at the next
+step), each keeping its step's time. The gap between the two engines is the per-token cost of the async
+front end.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class StepSlot:
         self.token_ids.extend(token_ids)
         self.times_s.extend([now] * len(token_ids))
 
-    def pending(self) -> bool:
+    def has_items(self) -> bool:
+        """Whether a hand-over has anything for this request's user."""
         return bool(self.token_ids) or self.last is not None
 
     def take(self) -> list:
@@ -76,10 +78,17 @@ class StepLoop:
         self.stopping = False
         self.wake = threading.Event()
         self.flushed_s = 0.0
+        self.lock = threading.Lock()  # a request sent as the loop dies is answered by one of the two sides
+        self.failure: str | None = None
 
     def submit(self, slot: StepSlot) -> None:
-        """From the event loop: a request for the next step."""
-        self.incoming.put(slot)
+        """From the event loop: a request for the next step (refused at once when the loop has died)."""
+        with self.lock:
+            refused = self.failure
+            if refused is None:
+                self.incoming.put(slot)
+        if refused is not None:
+            slot.out.put_nowait([RequestRejected(refused)])
         self.wake.set()
 
     def cancel(self, request_id: str) -> None:
@@ -143,13 +152,18 @@ class StepLoop:
         now = time.perf_counter()
         if not (force or self.ended or now - self.flushed_s >= FLUSH_S):
             return
-        batch = [(slot.out, slot.take()) for slot in [*self.slots.values(), *self.ended] if slot.pending()]
+        batch = [(slot.out, slot.take()) for slot in [*self.slots.values(), *self.ended] if slot.has_items()]
         self.ended, self.flushed_s = [], now
         if batch:
             self.loop.call_soon_threadsafe(_put_all, batch)
 
     def fail_all(self, error: Exception) -> None:
-        """The loop died: every request in flight gets the error."""
+        """The loop died: every request in flight, or sent and not yet added, gets the error."""
+        with self.lock:
+            self.failure = str(error)
+        while not self.incoming.empty():
+            slot = self.incoming.get()
+            self.slots[slot.request_id] = slot
         for slot in list(self.slots.values()):
             self.end(slot, RequestRejected(str(error)))
         self.flush(force=True)

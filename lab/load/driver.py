@@ -33,7 +33,8 @@ class RequestRecord:
         send_s: When the user sent it.
         first_token_s: When its first output token arrived (None if none did).
         end_s: When its last token arrived, or when it failed.
-        token_times_s: Arrival time of every output token.
+        token_times_s: Arrival time of every output token (vllm-engine: the time its step returned;
+            TokenChunk says why).
         prompt_tokens: Prompt length.
         max_tokens: Output tokens asked for.
         status: 'ok', 'error' or 'cancelled'.

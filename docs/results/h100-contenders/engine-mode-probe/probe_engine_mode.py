@@ -1,4 +1,4 @@
-"""Probe (not committed): where vllm-engine's time goes against offline LLM.generate, on one GPU.
+"""Probe (kept in docs/results as it ran): where vllm-engine's time goes against offline LLM.generate, on one GPU.
 
 Variants, each its own engine, ROUNDS timed runs of 64 requests at once:
 offline with vLLM's stats off (LLM's default) and on; the lab's engine mode as before this change (all of

@@ -1,4 +1,4 @@
-"""Probe helper (not committed): py-spy raw output -> per process/thread, top leaf and inclusive frames."""
+"""Probe helper (kept in docs/results as it ran): py-spy raw output -> per process/thread, top leaf and inclusive frames."""
 
 import re
 import sys

@@ -1,0 +1,32 @@
+"""bench.paired's turn orders and intervals, and bench.lab_vs_offline_vllm's reports read back for --pool."""
+
+from itertools import combinations
+
+from bench.lab_vs_offline_vllm import pooled, report
+from bench.paired import geometric_interval, turn_order
+
+
+def test_over_twice_as_many_rounds_as_sides_the_turns_balance():
+    sides = ["offline", "engine", "served", "bare"]
+    rows = [turn_order(sides, round_) for round_ in range(2 * len(sides))]
+    assert all(sorted(row) == sorted(sides) for row in rows)
+    assert {side: sum(row[0] == side for row in rows) for side in sides} == dict.fromkeys(sides, 2)
+    assert all(sum(row.index(a) < row.index(b) for row in rows) == 4 for a, b in combinations(sides, 2))
+
+
+def test_the_interval_needs_four_rounds_and_holds_the_geometric_mean():
+    assert geometric_interval([0.5, 2.0, 1.0]) == (1.0, None, None)
+    mean, low, high = geometric_interval([0.9, 1.1, 0.95, 1.05])
+    assert low < mean < high and abs(mean - (0.9 * 1.1 * 0.95 * 1.05) ** 0.25) < 1e-9
+
+
+def test_saved_reports_pool_their_rounds_and_a_pooled_report_is_left_out(tmp_path):
+    one = {"offline": [10.0, 12.0], "engine": [9.0, 12.0]}
+    two = {"offline": [11.0], "engine": [10.0], "bare": [5.0]}
+    paths = []
+    for index, rates in enumerate((one, two)):
+        paths.append(tmp_path / f"r{index}.txt")
+        paths[-1].write_text("\n".join(report(rates, "heading")))
+    (tmp_path / "pooled.txt").write_text("\n".join(report(one, "2 reports pooled: 2 rounds")))
+    rates = pooled([str(p) for p in [*paths, tmp_path / "pooled.txt"]])
+    assert rates == {"offline": [10.0, 12.0, 11.0], "engine": [9.0, 12.0, 10.0]}  # bare: not in every report
