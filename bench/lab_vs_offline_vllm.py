@@ -291,6 +291,10 @@ def parse_args():
         parser.error(f"--faces takes {','.join(FACES)}, not {','.join(unknown)}")
     if min(args.rounds, args.requests) < 1:
         parser.error(f"--rounds ({args.rounds}) and --requests ({args.requests}) must be at least 1")
+    try:
+        at_once_plan(args, "vllm")  # the lab's own rules for a load, before anything loads
+    except ValueError as exc:
+        parser.error(str(exc))
     return args
 
 
