@@ -21,8 +21,8 @@ Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 
        python -m bench.dashboard_overhead --pool DIR [DIR ...]   (earlier runs' --out folders, as one table)
 The table gives each side's tok/s over all repeats, then each pair of sides compared round by round (the
 ratio of their means in each round: the geometric mean over the rounds, with a 95% t-interval from 4 rounds):
-on a drifting machine the paired ratio is the sharper figure, and the interval says how sharp. Each round's
-CLI files and log are kept in the --out folder (cli-round-N/).
+the interval says how sharp it is (sharper than either side's spread only where a round's sides drift
+together). Each round's CLI files and log are kept in the --out folder (cli-round-N/).
 e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64
 """
 
@@ -341,9 +341,8 @@ def ratio_table(found: dict) -> str:
 
 
 def paired_ratios(found: dict) -> dict[tuple[str, int], dict[tuple[str, str], list[float]]]:
-    """Per level, each pair of sides compared within each round (the sides of a round ran minutes apart, so a
-    drifting machine moves both): the ratio of the two sides' mean tok/s in each round. Levels from runs that
-    predate rounds are left out."""
+    """Per level, each pair of sides compared within each round (the sides of a round ran minutes apart):
+    the ratio of the two sides' mean tok/s in each round. Levels from runs that predate rounds are left out."""
     rates = {side: round_rates(found.get(side, {}).get("runs", [])) for side in SIDES}
     out = {}
     for key in rates["cli"]:

@@ -101,7 +101,7 @@ class LabFace:
         self.session = LabSession(self.config, (self.engine,))
         await self.session.start()
 
-    def budget(self) -> int:
+    def step_budget(self) -> int:
         """The step token budget (max_num_batched_tokens) vLLM gave this engine."""
         return self.session.info[self.engine].args["max_num_batched_tokens"]
 
@@ -127,23 +127,23 @@ class BareAsync:
 
         kwargs = vllm_kwargs(self.config, self.model_path, self.budget, stats=True)
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self.prompts, self.params = _prompts_and_params(self.requests, delta=True)  # built once, untimed
+        self.warm = _prompts_and_params(self.warmup, delta=True)
 
-    async def all_at_once(self, requests) -> int:
-        prompts, params = _prompts_and_params(requests, delta=True)
-
-        async def one(index: int) -> int:
+    async def all_at_once(self, prompts, params) -> int:
+        async def one(prompt, param) -> int:
             made = 0
-            async for output in self.engine.generate(prompts[index], params[index], f"bare-{next(self.ids)}"):
+            async for output in self.engine.generate(prompt, param, f"bare-{next(self.ids)}"):
                 made += len(output.outputs[0].token_ids)
             return made
 
-        return sum(await asyncio.gather(*(one(i) for i in range(len(requests)))))
+        return sum(await asyncio.gather(*map(one, prompts, params)))
 
     async def run(self) -> float:
-        await self.all_at_once(self.warmup)
+        await self.all_at_once(*self.warm)
         await self.engine.reset_prefix_cache()
         start = time.perf_counter()
-        tokens = await self.all_at_once(self.requests)
+        tokens = await self.all_at_once(self.prompts, self.params)
         return tokens / (time.perf_counter() - start)
 
     async def stop(self) -> None:
@@ -180,7 +180,7 @@ async def start_all(faces: dict) -> None:
             face.budget = budget
         await face.start()
         if name in LAB_ENGINES and budget is None:
-            budget = face.budget()
+            budget = face.step_budget()
     settle_heap()  # as the CLI does after its start
     log.info("step token budget (max_num_batched_tokens) of every face: %s", budget or "vLLM's default")
 

@@ -165,7 +165,7 @@ class StepLoop:
             slot = self.incoming.get()
             self.slots[slot.request_id] = slot
         for slot in list(self.slots.values()):
-            self.end(slot, RequestRejected(str(error)))
+            self.end(slot, RequestRejected(self.failure))
         self.flush(force=True)
 
 
