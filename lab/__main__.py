@@ -123,11 +123,13 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Engine options shared by the CLI and app.py."""
     parser.add_argument("--model", default=None, help="local HF folder or hub id (default: embedded SmolLM2)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+                        help="auto: bfloat16, or float32 on a CPU without native bf16 (AVX512_BF16 or AMX)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
                         help="vLLM's share of the GPU's TOTAL memory (not of free memory)")
-    parser.add_argument("--kv-cache-gib", type=float, default=None, help="vLLM KV budget (CPU default 0.25)")
+    parser.add_argument("--kv-cache-gib", type=float, default=None,
+                        help="vLLM KV budget (CPU default 0.25, 0.5 in float32)")
     parser.add_argument("--block-size", type=int, default=None, help="vLLM KV block size in tokens")
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--hf-max-batch-size", type=int, default=32)

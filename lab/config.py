@@ -19,6 +19,7 @@ SHORT_NAMES = {"hf": "HF", "vllm": "vLLM", "hf-cb": "HF-CB", "vllm-engine": "vLL
 ENDPOINT_ENGINE = "openai"  # an OpenAI-compatible server (lab.engines.openai); more endpoints get their own names
 API_KEY_ENV = "OPENAI_API_KEY"  # where --api-key is read from when not given (never logged or stored)
 CPU_ATTENTION = ("auto", "amx", "vec")
+DTYPES = ("bfloat16", "float16", "float32")
 CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
 MAX_USERS = 256  # concurrent users per level: vLLM's own default max_num_seqs; beyond it requests only queue
@@ -74,13 +75,16 @@ class EngineConfig:
 
     Attributes:
         model: Local folder or hub id; None means the embedded SmolLM2-135M-Instruct folder.
-        dtype: Weights and activations dtype for both engines (bf16: what the seeds measured).
+        dtype: Weights and activations dtype for both engines. "auto": bfloat16 (what the seeds measured) on
+            CUDA and on CPUs with native bf16 arithmetic (AVX512_BF16 or AMX), float32 on other CPUs, where
+            bf16 is emulated: an AVX2-only AMD EPYC ran vLLM 12x and HF ~5x slower in bf16 (docs/benchmarks.md).
         max_model_len: Prompt + output tokens one request may hold; a hard wall in both engines.
         seed: Seed for both engines (greedy decoding makes runs repeatable anyway).
         device: "auto" (CUDA when present, else CPU), "cpu" or "cuda".
         kv_cache_gib: vLLM KV-cache budget in GiB. On CPU this is the only budget vLLM honours well;
-            on a GPU it overrides gpu_memory_utilization. None: 0.25 GiB on CPU (91 blocks of 128 tokens for
-            SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it), the fraction on GPU.
+            on a GPU it overrides gpu_memory_utilization. None: on CPU 0.25 GiB in bf16, 0.5 in float32
+            (91 blocks of 128 tokens for SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it),
+            the fraction on GPU.
         gpu_memory_utilization: Fraction of the GPU's TOTAL memory vLLM may take (weights + KV pages),
             not of free memory; 0.5 leaves the other half for the HF model on the same card.
         block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).
@@ -108,7 +112,7 @@ class EngineConfig:
     """
 
     model: str | None = None
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     max_model_len: int = 2048
     seed: int = 0
     device: str = "auto"
@@ -136,8 +140,8 @@ class EngineConfig:
             raise ValueError(f"cpu_attention must be one of {', '.join(CPU_ATTENTION)}, not {self.cpu_attention!r}")
         if self.load_format not in ("auto", "dummy"):
             raise ValueError(f"load_format must be auto or dummy, not {self.load_format!r}")
-        if self.dtype not in ("bfloat16", "float16", "float32"):
-            raise ValueError(f"dtype must be bfloat16, float16 or float32, not {self.dtype!r}")
+        if self.dtype not in ("auto", *DTYPES):
+            raise ValueError(f"dtype must be auto, bfloat16, float16 or float32, not {self.dtype!r}")
         if self.max_model_len < 16:
             raise ValueError(f"max_model_len must be at least 16 tokens, not {self.max_model_len}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -163,6 +167,14 @@ class EngineConfig:
             return self.device
         return "cuda" if has_nvidia_gpu() else "cpu"
 
+    def resolved_dtype(self) -> str:
+        """The dtype both engines will use: bfloat16 unless "auto" meets a CPU that only emulates it."""
+        from lab.environment import has_native_bf16
+
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device() == "cuda" or has_native_bf16() else "float32"
+
     def resolved_block_size(self) -> int:
         """The KV block size vLLM will use on this config's device."""
         if self.block_size is not None:
@@ -175,7 +187,7 @@ class EngineConfig:
 
         if self.resolved_device() != "cpu" or self.cpu_attention == "amx":
             return None
-        if self.cpu_attention == "vec" or (has_amx() and self.dtype == "bfloat16"):
+        if self.cpu_attention == "vec" or (has_amx() and self.resolved_dtype() == "bfloat16"):
             return "vec"
         return None
 

@@ -81,6 +81,13 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def has_native_bf16() -> bool:
+    """Whether the CPU computes in bf16 natively (AVX512_BF16 or AMX), or its flags cannot be read; an
+    x86 CPU without either (e.g. an AVX2-only AMD EPYC) emulates bf16 at a fraction of float32's speed."""
+    flags = cpu_flags()
+    return not flags or bool({"avx512_bf16", "amx_bf16"} & flags) or "avx2" not in flags
+
+
 def has_amx() -> bool:
     """Whether the CPU has AMX tiles for bf16 (Intel Sapphire Rapids and later)."""
     return {"amx_tile", "amx_bf16"} <= cpu_flags()

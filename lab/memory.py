@@ -173,7 +173,7 @@ def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int
 
     kv = kv_budget_bytes(config) or 0
     tokens = kv // kv_per_token if kv and kv_per_token else 0
-    mask = BATCH_TOKENS * (tokens + BATCH_TOKENS) * DTYPE_BYTES[config.dtype] if tokens else 0
+    mask = BATCH_TOKENS * (tokens + BATCH_TOKENS) * DTYPE_BYTES[config.resolved_dtype()] if tokens else 0
     notes.append(f"HF-CB: {gib(weights)} of weights (its own copy) + "
                  + (f"{gib(kv)} of paged KV + {gib(mask)} of attention mask" if kv
                     else "a paged KV pool transformers sizes from free memory"))

@@ -75,12 +75,12 @@ def hf_command(config: EngineConfig, model_path: str, port: int) -> list[str]:
     from lab.engines.hf_cb import BATCH_TOKENS, PAGE_SIZE, pool_blocks
     from lab.memory import model_kv_bytes_per_token
 
-    per_token = model_kv_bytes_per_token(model_path, config.dtype)
+    per_token = model_kv_bytes_per_token(model_path, config.resolved_dtype())
     blocks = pool_blocks(config, per_token) if per_token else None
     pool = ["--cb-block-size", str(PAGE_SIZE), "--cb-max-batch-tokens", str(BATCH_TOKENS)] + (
         ["--cb-num-blocks", str(blocks)] if blocks else [])
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", model_path, "--host", HOST,
-            "--port", str(port), "--device", config.resolved_device(), "--dtype", config.dtype,
+            "--port", str(port), "--device", config.resolved_device(), "--dtype", config.resolved_dtype(),
             "--continuous-batching", *pool]
 
 

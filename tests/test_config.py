@@ -77,7 +77,8 @@ def test_memory_plan_leaves_room_for_hf():
 def test_memory_plan_counts_hf_continuous_batching_apart():
     cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
     per_token = 23040  # SmolLM2-135M in bf16
-    plan = plan_memory(EngineConfig(device="cpu"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4, per_token)
+    plan = plan_memory(EngineConfig(device="cpu", dtype="bfloat16"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4,
+                       per_token)
     mask = 4096 * (GIB // 4 // per_token + 4096) * 2  # SDPA's mask: max_batch_tokens x (KV tokens + them), bf16
     assert plan.hf_cb_bytes == GIB // 4 + GIB // 4 + mask  # its own weights + vLLM's KV budget (0.25 GiB) + mask
     assert any(note.startswith("HF-CB: 0.25 GiB of weights (its own copy) + 0.25 GiB of paged KV + 0.12 GiB of "
@@ -239,3 +240,17 @@ def test_open_loop_and_slo_settings_are_checked_before_anything_loads():
                           ({"rate": 100.0, "duration_s": 60.0, "requests_per_user": None}, "6000 requests, past")):
         with pytest.raises(ValueError, match=words):
             LoadConfig(**kwargs)
+
+
+@pytest.mark.parametrize("flags, device, expected", [
+    ({"avx2", "avx512_bf16"}, "cpu", "bfloat16"), ({"avx2", "amx_bf16", "amx_tile"}, "cpu", "bfloat16"),
+    ({"avx2", "fma"}, "cpu", "float32"), (set(), "cpu", "bfloat16"), ({"avx2"}, "cuda", "bfloat16"),
+])
+def test_auto_dtype_is_bf16_unless_the_cpu_only_emulates_it(monkeypatch, flags, device, expected):
+    from lab import environment
+
+    monkeypatch.setattr(environment, "cpu_flags", lambda: frozenset(flags))
+    assert EngineConfig(device=device).resolved_dtype() == expected
+    assert EngineConfig(device=device, dtype="float16").resolved_dtype() == "float16"  # a choice is kept
+    with pytest.raises(ValueError, match="dtype must be auto, bfloat16, float16 or float32, not 'fp8'"):
+        EngineConfig(dtype="fp8")

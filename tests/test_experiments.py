@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from lab.config import EngineConfig
+from lab.engines.base import DTYPE_BYTES
 from lab.experiments import EXPERIMENTS, parse_params, run_experiment, validate, write_experiment
 from lab.status import RunStatus
 from tests.conftest import running_session
@@ -34,7 +35,8 @@ def test_waste_paged_blocks_waste_less_than_static_batches(lab, tmp_path):
     result = experiment(lab, "waste", users=8, output_len=24)
     hf, vllm = result.fields["hf"]["waste_pct"], result.fields["vllm"]["waste_pct"]
     assert 0 <= vllm["mean"] < hf["mean"] <= 100
-    assert result.fields["bytes_per_token"] == 23040 and "30 layers x 3 KV heads x 64" in \
+    per_token = 11520 * DTYPE_BYTES[lab.config.resolved_dtype()]  # 2 x 30 layers x 3 KV heads x 64 elements
+    assert result.fields["bytes_per_token"] == per_token and "30 layers x 3 KV heads x 64" in \
         result.fields["bytes_per_token_formula"]
     paths = write_experiment(result, tmp_path)
     saved = json.loads(paths["json"].read_text())

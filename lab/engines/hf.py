@@ -90,7 +90,7 @@ def load_model(config: EngineConfig, model_path: str) -> LoadedModel:
         attention = "sdpa, cuDNN on (PyTorch default)" if config.hf_cudnn_sdp else "sdpa, cuDNN off (fair setting)"
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    dtype = getattr(torch, config.dtype)
+    dtype = getattr(torch, config.resolved_dtype())
     if config.load_format == "dummy":  # random weights of the model's shape, made on the device itself
         from transformers import AutoConfig
 
@@ -133,7 +133,7 @@ class HFEngine:
         self.torch, self.tokenizer, self.model = loaded.torch, loaded.tokenizer, loaded.model
         device, threads, attention = loaded.device, loaded.threads, loaded.attention
         self.device = device
-        per_token = kv_bytes_per_token(self.model.config, self.config.dtype)
+        per_token = kv_bytes_per_token(self.model.config, self.config.resolved_dtype())
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.pad_id = self.tokenizer.pad_token_id
@@ -143,7 +143,7 @@ class HFEngine:
         args = {
             "batching": "static (left-padded, runs until its longest request is done)",
             "max_batch_size": self.config.hf_max_batch_size,
-            "dtype": self.config.dtype,
+            "dtype": self.config.resolved_dtype(),
             "device": device,
             "attention": attention,
             "max_model_len": self.config.max_model_len,

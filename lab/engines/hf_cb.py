@@ -77,7 +77,7 @@ class HFCBEngine:
 
         loaded = load_model(self.config, self.model_path)
         self.tokenizer, model = loaded.tokenizer, loaded.model
-        per_token = kv_bytes_per_token(model.config, self.config.dtype)
+        per_token = kv_bytes_per_token(model.config, self.config.resolved_dtype())
         budget = kv_budget_bytes(self.config)
         settings = {page_field(ContinuousBatchingConfig): PAGE_SIZE, "allow_block_sharing": False,
                     "max_batch_tokens": BATCH_TOKENS}
@@ -92,7 +92,8 @@ class HFCBEngine:
             generation_config=generation, continuous_batching_config=ContinuousBatchingConfig(**settings))
         settings["graphs_captured_at_start"] = self._capture_graphs(loaded.device)
         args = {"batching": "continuous (transformers ContinuousBatchingManager, paged KV)", **settings,
-                "dtype": self.config.dtype, "device": loaded.device, "max_model_len": self.config.max_model_len,
+                "dtype": self.config.resolved_dtype(), "device": loaded.device,
+                "max_model_len": self.config.max_model_len,
                 "decoding": "greedy", "load_format": self.config.load_format,
                 "kv_cache_bytes": budget if budget is not None else "transformers' own (share of free memory)"}
         memory = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -18,6 +18,7 @@ import time
 
 from lab.config import EngineConfig
 from lab.engines.base import (
+    DTYPE_BYTES,
     EngineInfo,
     EngineSample,
     GenRequest,
@@ -31,7 +32,7 @@ from lab.engines.base import (
 log = logging.getLogger(__name__)
 GIB = 1024**3
 STOP_TIMEOUT_S = 1.0  # vLLM's engine processes get this long to exit on stop, then they are killed
-DEFAULT_CPU_KV_GIB = 0.25  # 91 blocks of 128: a 20-user `mixed` run fills about two thirds
+DEFAULT_CPU_KV_GIB = 0.25  # per 2 bytes of dtype: 91 blocks of 128, which a 20-user `mixed` run fills to ~2/3
 
 
 def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
@@ -47,7 +48,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
     device = config.resolved_device()
     kwargs = dict(
         model=model_path,
-        dtype=config.dtype,
+        dtype=config.resolved_dtype(),
         max_model_len=config.max_model_len,
         seed=config.seed,
         block_size=config.resolved_block_size(),
@@ -71,7 +72,7 @@ def kv_budget_bytes(config: EngineConfig) -> int | None:
     GPU without kv_cache_gib, where vLLM takes gpu_memory_utilization of the card (transformers: of free memory)."""
     gib = config.kv_cache_gib
     if gib is None and config.resolved_device() == "cpu":
-        gib = DEFAULT_CPU_KV_GIB
+        gib = DEFAULT_CPU_KV_GIB * DTYPE_BYTES[config.resolved_dtype()] / 2  # float32: 0.5 GiB, the same blocks
     return None if gib is None else int(gib * GIB)
 
 
@@ -111,7 +112,7 @@ class VLLMEngine:
         """The started engine's info (its args, KV pool, attention); loads the tokenizer for decode()."""
         config = self.config
         cache = self._engine.vllm_config.cache_config
-        per_token = kv_bytes_per_token(self._engine.vllm_config.model_config.hf_config, config.dtype)
+        per_token = kv_bytes_per_token(self._engine.vllm_config.model_config.hf_config, config.resolved_dtype())
         self.tokenizer = _load_tokenizer(self.model_path)
         args = {k: v for k, v in kwargs.items() if k != "model"}
         args["batching"] = "continuous (PagedAttention)"

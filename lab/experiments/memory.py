@@ -43,7 +43,7 @@ async def run(session, params: Params, result, notify) -> None:
     config = params.config(session.config)
     config.check_block_size()
     device = read_device(session.check.device)
-    per_token = model_kv_bytes_per_token(session.check.model_path, config.dtype)
+    per_token = model_kv_bytes_per_token(session.check.model_path, config.resolved_dtype())
     weights = session.check.memory.weights_bytes or 0
     fields = {"device": device.name, "total_bytes": device.total_bytes, "free_bytes": device.free_bytes,
               "weights_bytes": weights, "kv_bytes_per_token": per_token, "block_size": config.resolved_block_size(),

@@ -58,7 +58,7 @@ async def run_load(session, params: Params, result, notify, what: str) -> None:
 def fill(session, result) -> None:
     """Waste per engine (peak and time-weighted), the bytes-per-token formula, series and CSV rows."""
     info = session.info
-    per_token, formula = kv_bytes_per_token_formula(session.model_config, session.config.dtype)
+    per_token, formula = kv_bytes_per_token_formula(session.model_config, session.config.resolved_dtype())
     hf = _level(result.run, "hf")
     vllm = _level(result.run, "vllm")
     hf_series = held_series("hf", hf.samples, hf.records, per_token) if hf else []
