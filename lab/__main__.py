@@ -35,6 +35,7 @@ from lab import LOG_FORMAT
 from lab.config import (
     API_KEY_ENV,
     DEFAULT_ENGINES,
+    DTYPES,
     MAX_REPEATS,
     MAX_REQUESTS,
     MAX_USERS,
@@ -123,7 +124,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """Engine options shared by the CLI and app.py."""
     parser.add_argument("--model", default=None, help="local HF folder or hub id (default: embedded SmolLM2)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+    parser.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
                         help="auto: bfloat16, or float32 on a CPU without native bf16 (AVX512_BF16 or AMX)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,

@@ -74,8 +74,9 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
             probe(endpoint)
     info = read_device(device)
     info = dataclasses.replace(info, free_bytes=info.free_bytes + held_bytes) if held_bytes else info
-    plan = plan_memory(config, info, tuple(engines), weights_bytes(model_path, config.resolved_dtype()),
-                       model_kv_bytes_per_token(model_path, config.resolved_dtype()))
+    dtype = config.resolved_dtype()
+    plan = plan_memory(config, info, tuple(engines), weights_bytes(model_path, dtype),
+                       model_kv_bytes_per_token(model_path, dtype))
     return SessionCheck(model_path, model_label(model_path), device, plan)
 
 
