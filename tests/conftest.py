@@ -41,11 +41,41 @@ def running_session(config, engines=("hf", "vllm")):
     loop.close()
 
 
+# `make test` runs two workers (pytest-xdist, --dist loadfile): each file runs whole on one of them, the slowest
+# files first (CI's durations on 2 cores: notebooks ~880 s, browser ~620, engines ~500, experiments ~360, app,
+# sweeps and serve ~120-150 each), so that one worker's single-threaded work (a vLLM start is ~30 s of imports in
+# its two new processes) overlaps the other's engines and both end together.
+SLOWEST_FILES = ("test_notebooks.py", "test_ui.py", "test_engines.py", "test_experiments.py", "test_app.py",
+                 "test_sweeps.py", "test_serve.py")
+
+
+def bind_vllm_to_this_worker() -> None:
+    """Under xdist, this worker's vLLM computes on its own share of the CPUs (vLLM's automatic binding would
+    put every worker's vLLM on the same core); a binding set outside is kept."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count:
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    index, share = int(worker.removeprefix("gw")), max(1, len(cpus) // int(count))
+    mine = cpus[index * share % len(cpus):][:share]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
+
+
+bind_vllm_to_this_worker()
+
+
 def pytest_collection_modifyitems(config, items):
-    """Run unit tests first, then the slow ones that load real engines, then the browser ones."""
+    """Run unit tests first, then the slow ones that load real engines, then the browser ones; under xdist,
+    the slowest files first (each file is one unit of work)."""
     order = {"slow": 1, "ui": 2}
 
     def rank(item):
         return max((order[m.name] for m in item.iter_markers() if m.name in order), default=0)
 
+    def weight(item):
+        name = item.path.name
+        return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
+
     items.sort(key=rank)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=weight)  # stable: within a file, the order above
