@@ -41,10 +41,10 @@ def running_session(config, engines=("hf", "vllm")):
     loop.close()
 
 
-# `make test` runs two workers (pytest-xdist, --dist loadfile): each file runs whole on one of them, the slowest
-# files first (CI's durations on 2 cores: notebooks ~880 s, browser ~620, engines ~500, experiments ~360, app,
-# sweeps and serve ~120-150 each), so that one worker's single-threaded work (a vLLM start is ~30 s of imports in
-# its two new processes) overlaps the other's engines and both end together.
+# `make test` runs two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder): each file runs whole on
+# one of them, the slowest files first (CI's durations on 2 cores: notebooks ~880 s, browser ~620, engines ~500,
+# experiments ~360, app, sweeps and serve ~120-150 each), so that one worker's single-threaded work (a vLLM start
+# is ~30 s of imports in its two new processes) overlaps the other's engines and both end together.
 SLOWEST_FILES = ("test_notebooks.py", "test_ui.py", "test_engines.py", "test_experiments.py", "test_app.py",
                  "test_sweeps.py", "test_serve.py")
 
