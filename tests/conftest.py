@@ -42,9 +42,10 @@ def running_session(config, engines=("hf", "vllm")):
 
 
 # `make test` runs two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder): each file runs whole on
-# one of them, the slowest files first (CI's durations on 2 cores: notebooks ~880 s, browser ~620, engines ~500,
-# experiments ~360, app, sweeps and serve ~120-150 each), so that one worker's single-threaded work (a vLLM start
-# is ~30 s of imports in its two new processes) overlaps the other's engines and both end together.
+# one of them, the files of unit tests only first, then the slowest files first (CI's durations on 2 cores, one
+# worker: notebooks ~880 s, browser ~620, engines ~500, experiments ~360, app, sweeps and serve ~120-150 each), so
+# that one worker's single-threaded work (a vLLM start is ~30 s of imports in its two new processes) overlaps the
+# other's engines and both end together.
 SLOWEST_FILES = ("test_notebooks.py", "test_ui.py", "test_engines.py", "test_experiments.py", "test_app.py",
                  "test_sweeps.py", "test_serve.py")
 
@@ -65,17 +66,21 @@ bind_vllm_to_this_worker()
 
 
 def pytest_collection_modifyitems(config, items):
-    """Run unit tests first, then the slow ones that load real engines, then the browser ones; under xdist,
-    the slowest files first (each file is one unit of work)."""
+    """Run unit tests first, then the slow ones that load real engines, then the browser ones; under xdist
+    (each file one unit of work), the files of unit tests only first, then the slowest files first."""
     order = {"slow": 1, "ui": 2}
 
     def rank(item):
         return max((order[m.name] for m in item.iter_markers() if m.name in order), default=0)
 
-    def weight(item):
-        name = item.path.name
-        return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
-
     items.sort(key=rank)
     if os.environ.get("PYTEST_XDIST_WORKER"):
+        heavy = {item.path.name for item in items if rank(item)}
+
+        def weight(item):
+            name = item.path.name
+            if name not in heavy:
+                return -1  # files of unit tests only: first, each in a fresh worker as without xdist
+            return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
+
         items.sort(key=weight)  # stable: within a file, the order above
