@@ -14,4 +14,4 @@ lint: setup-dev
 	.venv/bin/ruff check .
 
 test: lint
-	.venv/bin/python -m pytest -v -n 3 --dist loadfile --no-loadscope-reorder
+	.venv/bin/python -m pytest -v -n 2 --dist loadfile --no-loadscope-reorder

@@ -45,7 +45,8 @@ def running_session(config, engines=("hf", "vllm")):
 # one of them, the files of unit tests only first, then the slowest files first (CI's durations on 2 cores, one
 # worker: notebooks ~880 s, browser ~620, engines ~500, experiments ~360, app, sweeps and serve ~120-150 each), so
 # that one worker's single-threaded work (a vLLM start is ~30 s of imports in its two new processes) overlaps the
-# other's engines and both end together.
+# other's engines and both end together. Measured on an AVX2-only 2-core EPYC: one worker 50 min, two 36.5 min,
+# three 44 min (the CPUs saturated, and the browser tests' time-outs failed).
 SLOWEST_FILES = ("test_notebooks.py", "test_ui.py", "test_engines.py", "test_experiments.py", "test_app.py",
                  "test_sweeps.py", "test_serve.py")
 
