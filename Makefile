@@ -13,5 +13,10 @@ demo: setup
 lint: setup-dev
 	.venv/bin/ruff check .
 
+# The tests whose limits are times (browser time-outs, the app's 5-s stop) run alone, after the rest; the rest
+# runs in two workers (tests/conftest.py says how and why).
+ALONE = tests/test_ui.py tests/test_app.py
+
 test: lint
-	.venv/bin/python -m pytest -v -n 2 --dist loadfile --no-loadscope-reorder
+	.venv/bin/python -m pytest -v -n 2 --dist loadfile --no-loadscope-reorder $(addprefix --ignore=,$(ALONE))
+	.venv/bin/python -m pytest -v $(ALONE)

@@ -41,14 +41,14 @@ def running_session(config, engines=("hf", "vllm")):
     loop.close()
 
 
-# `make test` runs two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder): each file runs whole on
-# one of them, the files of unit tests only first, then the slowest files first (CI's durations on 2 cores, one
-# worker: notebooks ~880 s, browser ~620, engines ~500, experiments ~360, app, sweeps and serve ~120-150 each), so
-# that one worker's single-threaded work (a vLLM start is ~30 s of imports in its two new processes) overlaps the
-# other's engines and both end together. Measured on an AVX2-only 2-core EPYC: one worker 50 min, two 36.5 min,
-# three 44 min (the CPUs saturated, and the browser tests' time-outs failed).
-SLOWEST_FILES = ("test_notebooks.py", "test_ui.py", "test_engines.py", "test_experiments.py", "test_app.py",
-                 "test_sweeps.py", "test_serve.py")
+# `make test` runs all but the browser and app files in two workers (pytest-xdist, --dist loadfile
+# --no-loadscope-reorder): each file whole on one of them, the files of unit tests only first, then the slowest
+# files first (CI's durations on 2 cores, one worker: notebooks ~880 s, engines ~500, experiments ~360, sweeps and
+# serve ~120-130), so that one worker's single-threaded work (a vLLM start is ~30 s of imports in its two new
+# processes) overlaps the other's engines. Then the browser and app files run alone: their limits are times, and
+# a second worker's load broke them. Measured on an AVX2-only 2-core EPYC: one worker 50 min; every file in two
+# workers 36.5 min, but the browser tests' time-outs failed in one run of two; three workers 44 min.
+SLOWEST_FILES = ("test_notebooks.py", "test_engines.py", "test_experiments.py", "test_sweeps.py", "test_serve.py")
 
 
 def bind_vllm_to_this_worker() -> None:
@@ -81,7 +81,7 @@ def pytest_collection_modifyitems(config, items):
         def weight(item):
             name = item.path.name
             if name not in heavy:
-                return -1  # files of unit tests only: first, each in a fresh worker as without xdist
+                return -1  # files of unit tests only: first, before any engine ran in the worker (as without xdist)
             return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
 
         items.sort(key=weight)  # stable: within a file, the order above
