@@ -61,8 +61,11 @@ def main(argv=None) -> int:
     except (ValueError, HostGone) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # SIGTERM (a Space restarting, `kill`, a test harness) must still stop vLLM's engine processes
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGTERM (a Space restarting, `kill`, a test harness) and Ctrl-C leave Gradio's loop the same way, at once, and
+    # stop vLLM's engine processes (Gradio's own Ctrl-C path closes its server first: once in CI, 2026-11-27, a
+    # SIGINT left the app running past 60 s; SIGTERM never has)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     host.start_loading()
     app = build_app(host)
     code = 0
