@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     try:
         app.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
                                                       share=args.share)
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:  # SIGTERM and SIGINT (the handlers above)
         pass
     except Exception:
         log.exception("the app failed")

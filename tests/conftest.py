@@ -46,8 +46,7 @@ def running_session(config, engines=("hf", "vllm")):
 # files first (CI's durations on 2 cores, one worker: notebooks ~880 s, engines ~500, experiments ~360, sweeps and
 # serve ~120-130), so that one worker's single-threaded work (a vLLM start is ~30 s of imports in its two new
 # processes) overlaps the other's engines. Then the browser and app files run alone: their limits are times, and
-# a second worker's load broke them. Measured on an AVX2-only 2-core EPYC: one worker 50 min; every file in two
-# workers 36.5 min, but the browser tests' time-outs failed in one run of two; three workers 44 min.
+# a second worker's load broke them (each layout's time: docs/benchmarks.md, "What a vLLM start costs here").
 SLOWEST_FILES = ("test_notebooks.py", "test_engines.py", "test_experiments.py", "test_sweeps.py", "test_serve.py")
 
 
