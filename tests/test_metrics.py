@@ -103,6 +103,8 @@ def test_kv_summary_mirrors_vllm_usage_and_hf_waste():
     kv = kv_summary(vllm, num_blocks=100, block_size=128)
     assert kv["peak_usage"] == 0.5 and kv["peak_used_blocks"] == 50
     assert (kv["preemptions"], kv["prefix_cache_queries"], kv["prefix_cache_hits"]) == (2, 20, 10)
+    idle = [EngineSample("openai", t, 0, 0, kv_usage=0.0, kv_total_blocks=91) for t in (0, 9)]
+    assert kv_summary(idle, num_blocks=91)["peak_usage"] is None  # read only before and after: not a peak of 0
     hf = [EngineSample("hf", 0, 2, 0, kv_reserved_bytes=1000, kv_real_bytes=600),
           EngineSample("hf", 1, 2, 0, kv_reserved_bytes=2000, kv_real_bytes=900)]
     kv = kv_summary(hf)

@@ -57,15 +57,16 @@ def run(config, engines, load):
 
 
 def test_vllm_server_exact_counts_and_kv_from_its_metrics(servers, tmp_path):
-    # 48 tokens: each level lasts several of the 4-a-second /metrics reads (16 tokens at one user could end
-    # between two reads, and a read after a request's end sees its blocks freed)
+    # 48 tokens: each level lasts several of the 4-a-second /metrics reads. Under CI's load a server can answer
+    # none of them while a level runs: that level's peak is then None (not read), never 0
     load = LoadConfig(users=(1, 5), requests_per_user=1, output_len=48, warmup_requests=1)
     session, result = run(endpoint_config(servers["vllm"], KEY), ("openai",), load)
     assert result.status == "ok"
     assert session.info["openai"].args["dialect"] == "token-ids" and session.info["openai"].args["metrics"]
     for level in result.levels:
         assert [r.output_tokens for r in level.records] == [48] * level.users
-        assert level.kv["num_blocks"] == 91 and level.kv["peak_usage"] > 0  # read from /metrics
+        assert level.kv["num_blocks"] == 91 and level.kv["peak_usage"] != 0  # read from /metrics
+    assert max(level.kv["peak_usage"] or 0 for level in result.levels) > 0
     summary = json.dumps(summary_dict(result))
     assert KEY not in summary and servers["vllm"].url in summary  # the key is never stored
 

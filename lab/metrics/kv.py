@@ -34,13 +34,15 @@ def kv_summary(samples: Sequence[EngineSample], num_blocks: int | None = None,
         block_size: Tokens per vLLM block.
 
     Returns:
-        For vLLM: num_blocks, block_size, peak_usage, peak_used_blocks, preemptions, prefix-cache
-        queries and hits during the level. For HF: peak_reserved_bytes, peak_real_bytes and
-        waste_at_peak (share of the reserved cache not holding real tokens at the peak).
+        For vLLM: num_blocks, block_size, peak_usage (None when no read saw a request running: a
+        server's /metrics read only before and after the level's requests says nothing of their blocks),
+        peak_used_blocks, preemptions, prefix-cache queries and hits during the level. For HF:
+        peak_reserved_bytes, peak_real_bytes and waste_at_peak (share of the reserved cache not holding
+        real tokens at the peak).
     """
     vllm = [s for s in samples if s.kv_usage is not None]
     if vllm or num_blocks is not None:  # a pool whose usage could not be read has peak None, not 0
-        peak = max((s.kv_usage for s in vllm), default=None)
+        peak = max((s.kv_usage for s in vllm if s.running), default=None)  # only reads that saw a request run
         first, last = (vllm[0], vllm[-1]) if vllm else (None, None)
         return {
             "num_blocks": num_blocks, "block_size": block_size, "peak_usage": peak,
