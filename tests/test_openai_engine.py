@@ -94,3 +94,34 @@ def test_a_consumer_that_reads_late_still_gets_the_arrival_times():
         first, rest, woke_s = run_async(read_late(url))
     assert sum(len(c.token_ids) for c in rest) == 3
     assert all(first.time_s <= c.time_s < woke_s for c in rest)
+
+
+def test_after_a_reset_metrics_reads_wait_for_one_of_the_levels_tokens():
+    """vLLM's gauges show its last step until it takes another: after a reset (a level's start) a read is kept
+    only once one of the new requests' tokens has arrived, not while the first waits for its prefill."""
+    from bench.fake_openai_server import free_port, serve_in_subprocess
+    from lab.engines.prometheus import Scrape
+    from lab.model import resolve_model
+    from lab.session import run_async
+
+    async def one_level(url: str):
+        engine = OpenAIEngine(Endpoint(url, model="fake"), EngineConfig(), resolve_model(None))
+        await engine.start()  # the fake server has no /metrics: the reads below are stubbed
+
+        async def scrape():
+            return Scrape({"kv_usage": 0.5, "running": 1.0}, 91, 128)
+
+        engine._scrape, engine.has_metrics = scrape, True
+        reader = asyncio.ensure_future(engine._scrape_loop())
+        try:
+            await engine.reset()
+            chunks = [c async for c in engine.stream(GenRequest("r", (5, 6, 7), 4))]
+            await asyncio.sleep(0.3)
+        finally:
+            reader.cancel()
+            await engine.stop()
+        return chunks[0].time_s, engine.drain_samples()
+
+    with serve_in_subprocess(free_port(), gap_ms=150, first_ms=700) as url:
+        first_token_s, samples = run_async(one_level(url))
+    assert samples and all(s.time_s >= first_token_s for s in samples)

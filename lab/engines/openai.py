@@ -207,6 +207,7 @@ class OpenAIEngine:
         self._in_flight = 0
         self._scraper: asyncio.Task | None = None
         self._last: Scrape | None = None
+        self._gauges_ours = True  # False from a reset until one of our tokens arrives (see _scrape_loop)
 
     # -- start and stop ---------------------------------------------------------------------------------
 
@@ -329,6 +330,7 @@ class OpenAIEngine:
                             tokens += self._take(request, read_event(raw), made + len(tokens))
                         if tokens:
                             made += len(tokens)
+                            self._gauges_ours = True
                             yield TokenChunk(now, tokens)
                 except aiohttp.ClientPayloadError as exc:  # the body broke off: an error unless every token came
                     if made == 0:
@@ -403,13 +405,15 @@ class OpenAIEngine:
         return scrape if scrape.has_vllm else None
 
     async def _scrape_loop(self) -> None:
-        """Read /metrics while requests are in flight (and once more after), 4 times a second."""
+        """Read /metrics while requests are in flight (and once more after), 4 times a second. After a reset
+        (a level's start) reads wait for one of the level's tokens: until a step of its own, vLLM's gauges still
+        show the last step of the requests before (seen: the warm-up's blocks in a level's first read)."""
         busy_before = False
         while self.has_metrics:
             busy = self._in_flight > 0
-            if busy or busy_before:
+            if (busy or busy_before) and self._gauges_ours:
                 scrape = await self._scrape()
-                if scrape is not None:
+                if scrape is not None and self._gauges_ours:  # a reset may have come meanwhile
                     self._add_sample(scrape)
             busy_before = busy
             await asyncio.sleep(SCRAPE_EVERY_S)
@@ -428,6 +432,7 @@ class OpenAIEngine:
 
     async def reset(self) -> None:
         """Ask the server to drop its prefix cache (vLLM's dev endpoint); a server without one keeps it."""
+        self._gauges_ours = False
         try:
             async with self._session.post("reset_prefix_cache") as response:
                 if response.status != 200:
