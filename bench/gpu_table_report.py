@@ -239,7 +239,8 @@ def ms(value) -> str:
 
 def kv_text(entry: dict) -> str:
     kv = entry.get("kv") or {}
-    if entry["engine"] == "hf-cb" and not kv.get("peak_used_blocks"):  # transformers 5.17: no usage reading
+    hf_cb_unread = entry["engine"] == "hf-cb" and not kv.get("peak_used_blocks")  # transformers 5.17: no usage
+    if "num_blocks" in kv and (hf_cb_unread or kv.get("peak_used_blocks") is None):  # or no read in the level
         return f"not read (pool {kv.get('num_blocks') or '?'} x {kv.get('block_size') or '?'})"
     if "peak_used_blocks" in kv:
         return f"{kv['peak_used_blocks']:,} / {kv['num_blocks']:,} x {kv['block_size']}"

@@ -231,7 +231,7 @@ def format_table(result) -> str:
         if s is None:
             continue
         kv = level.kv.get("peak_usage")
-        kv_text = f"{kv:.0%}" if kv is not None else "-"
+        kv_text = f"{kv:.1%}" if kv is not None else "-"
         line = (f"{s.engine:<{width}} {s.users:>5} {s.repeat + 1:>3} {s.completed:>5} {s.errors:>4} "
                 f"{s.output_tok_s:>10.1f} {ms(s.ttft_s.p50):>9} {ms(s.tpot_s.p50):>9} {ms(s.e2e_s.p90):>8} "
                 f"{kv_text:>8}")

@@ -97,12 +97,12 @@ def test_throughput_series_buckets_tokens_per_second():
 
 def test_kv_summary_mirrors_vllm_usage_and_hf_waste():
     vllm = [EngineSample("vllm", 0, 1, 0, kv_usage=0.25, kv_total_blocks=100, preemptions_total=1,
-                         prefix_queries_total=10, prefix_hits_total=2),
+                         prefix_queries_total=10, prefix_hits_total=2, prefix_queries=10, prefix_hits=2),
             EngineSample("vllm", 1, 2, 0, kv_usage=0.5, kv_total_blocks=100, preemptions_total=3,
-                         prefix_queries_total=30, prefix_hits_total=12)]
+                         prefix_queries_total=30, prefix_hits_total=12, prefix_queries=20, prefix_hits=10)]
     kv = kv_summary(vllm, num_blocks=100, block_size=128)
     assert kv["peak_usage"] == 0.5 and kv["peak_used_blocks"] == 50
-    assert (kv["preemptions"], kv["prefix_cache_queries"], kv["prefix_cache_hits"]) == (2, 20, 10)
+    assert (kv["preemptions"], kv["prefix_cache_queries"], kv["prefix_cache_hits"]) == (2, 30, 12)  # first step's too
     idle = [EngineSample("openai", t, 0, 0, kv_usage=0.0, kv_total_blocks=91) for t in (0, 9)]
     assert kv_summary(idle, num_blocks=91)["peak_usage"] is None  # read only before and after: not a peak of 0
     hf = [EngineSample("hf", 0, 2, 0, kv_reserved_bytes=1000, kv_real_bytes=600),

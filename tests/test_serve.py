@@ -66,7 +66,9 @@ def test_vllm_server_exact_counts_and_kv_from_its_metrics(servers, tmp_path):
     for level in result.levels:
         assert [r.output_tokens for r in level.records] == [48] * level.users
         assert level.kv["num_blocks"] == 91 and level.kv["peak_usage"] != 0  # read from /metrics
+        assert level.kv["prefix_cache_queries"] <= sum(r.prompt_tokens for r in level.records)  # this level's only
     assert max(level.kv["peak_usage"] or 0 for level in result.levels) > 0
+    assert max(level.kv["prefix_cache_queries"] for level in result.levels) > 0  # counted from the level's start
     summary = json.dumps(summary_dict(result))
     assert KEY not in summary and servers["vllm"].url in summary  # the key is never stored
 

@@ -208,6 +208,7 @@ class OpenAIEngine:
         self._scraper: asyncio.Task | None = None
         self._last: Scrape | None = None
         self._gauges_ours = True  # False from a reset until one of our tokens arrives (see _scrape_loop)
+        self._resets = 0  # a read begun before a reset belongs to the requests before it
 
     # -- start and stop ---------------------------------------------------------------------------------
 
@@ -339,6 +340,7 @@ class OpenAIEngine:
                         raise
                 if tail := self._take(request, read_event(pending), made):  # a last event without its blank line
                     made += len(tail)
+                    self._gauges_ours = True
                     yield TokenChunk(arrival.arrived_s, tail)
             self._check_end(request, dialect, made)
         except TimeoutError:
@@ -412,8 +414,9 @@ class OpenAIEngine:
         while self.has_metrics:
             busy = self._in_flight > 0
             if (busy or busy_before) and self._gauges_ours:
+                resets = self._resets
                 scrape = await self._scrape()
-                if scrape is not None and self._gauges_ours:  # a reset may have come meanwhile
+                if scrape is not None and resets == self._resets:
                     self._add_sample(scrape)
             busy_before = busy
             await asyncio.sleep(SCRAPE_EVERY_S)
@@ -431,14 +434,17 @@ class OpenAIEngine:
         return self._samples.drain()
 
     async def reset(self) -> None:
-        """Ask the server to drop its prefix cache (vLLM's dev endpoint); a server without one keeps it."""
-        self._gauges_ours = False
+        """Ask the server to drop its prefix cache (vLLM's dev endpoint); a server without one keeps it. Then
+        read /metrics once before the level's requests: the base of the prefix-cache counts of its first read."""
+        self._gauges_ours, self._resets = False, self._resets + 1
         try:
             async with self._session.post("reset_prefix_cache") as response:
                 if response.status != 200:
                     log.debug("%s: reset_prefix_cache answered HTTP %s", self.name, response.status)
         except Exception as exc:  # noqa: BLE001 - a reset is a courtesy: the run goes on without it
             log.debug("%s: reset_prefix_cache failed: %s", self.name, exc)
+        if self.has_metrics and (scrape := await self._scrape()) is not None:
+            self._last = scrape
 
     async def abort_all(self) -> None:
         """Nothing to do: a cancelled stream closes its connection, and the server aborts that request."""
