@@ -239,8 +239,8 @@ def ms(value) -> str:
 
 def kv_text(entry: dict) -> str:
     kv = entry.get("kv") or {}
-    hf_cb_unread = entry["engine"] == "hf-cb" and not kv.get("peak_used_blocks")  # transformers 5.17: no usage
-    if "num_blocks" in kv and (hf_cb_unread or kv.get("peak_used_blocks") is None):  # or no read in the level
+    no_read = "num_blocks" in kv and kv.get("peak_used_blocks") is None  # a pool, but no read saw a request run
+    if no_read or entry["engine"] == "hf-cb" and not kv.get("peak_used_blocks"):  # transformers 5.17: no usage
         return f"not read (pool {kv.get('num_blocks') or '?'} x {kv.get('block_size') or '?'})"
     if "peak_used_blocks" in kv:
         return f"{kv['peak_used_blocks']:,} / {kv['num_blocks']:,} x {kv['block_size']}"
