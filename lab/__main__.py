@@ -48,6 +48,7 @@ from lab.config import (
     parse_users,
 )
 from lab.experiments import EXPERIMENTS
+from lab.ladder import RUNGS
 from lab.load.workloads import WORKLOADS
 from lab.metrics import ratio_pairs, ratio_spreads
 from lab.status import RunStatus
@@ -98,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an experiment parameter (repeatable), e.g. users=5 or users=1,5,10")
     exp.add_argument("--out", default=None, help="folder for experiment.json (default results/NAME)")
     add_engine_args(exp)
+    explain = sub.add_parser("explain", help="why is vLLM faster here? its ratio taken apart, one mechanism per rung")
+    explain.add_argument("--preset", default="overhead",
+                         help="overhead, spread or memory: the load the rungs share (a comma list runs each in turn, "
+                              "the rung engines kept loaded, into DIR/PRESET/)")
+    explain.add_argument("--repeats", type=int, default=3, help=f"turns of every rung, interleaved (1-{MAX_REPEATS})")
+    explain.add_argument("--rungs", default=",".join(RUNGS), help="comma list of rungs (hf and vllm at least)")
+    explain.add_argument("--out", default="results/explain", help="folder for explain.json and explain.csv")
+    add_engine_args(explain)
     sweep = sub.add_parser("sweep", help="one engine knob over several values (one engine restart each)")
     sweep.add_argument("knob", help="one of: " + ", ".join(KNOBS))
     sweep.add_argument("--values", required=True, help="comma list, e.g. 1,4,16,64")
@@ -373,13 +382,77 @@ def run_experiment_cli(args: argparse.Namespace) -> int:
     return run_async(experiment(args.name, params, config, engines, check, args.out or f"results/{args.name}"))
 
 
-async def experiment(name: str, params, config: EngineConfig, engines, check, out: str) -> int:
-    """Start the engines it needs, run it, print its fields, write and store it (also when it fails)."""
+def run_explain(args: argparse.Namespace) -> int:
+    """Validate preset, repeats and rungs and the session (exit 2), then climb the ladder and write explain.json."""
+    from lab.experiments import validate
+    from lab.experiments.why import Params, preset_config
+    from lab.memory import model_kv_bytes_per_token
+    from lab.model import resolve_model
+    from lab.session import check_session, run_async
+
+    presets = [p.strip() for p in args.preset.split(",") if p.strip()] or [""]
+    every = [Params(preset=p, repeats=args.repeats, rungs=args.rungs) for p in presets]
+    config = engine_config_from(args)
+    for params in every:
+        validate("why", params, config)
+    per_token = model_kv_bytes_per_token(resolve_model(config.model), config.resolved_dtype())
+    config = preset_config(every[0], config, per_token)
+    check = check_session(config, ("hf", "vllm"))
+    if len(every) == 1:
+        return run_async(experiment("why", every[0], config, ("hf", "vllm"), check, args.out, "explain", print_ladder))
+    return run_async(ladders(every, config, check, args.out))
+
+
+async def ladders(every: list, config: EngineConfig, check, out: str) -> int:
+    """Several presets on one session, the rung engines kept loaded between them: DIR/PRESET/explain.json each."""
+    from lab.experiments.why import stop_pool
+
+    pool, codes = {}, []
+    try:
+        for params in every:
+            codes.append(await experiment("why", params, config, (), check, f"{out}/{params.preset}",  # all pooled
+                                          "explain", print_ladder, pool))
+            if codes[-1]:
+                break
+    finally:
+        await stop_pool(pool)
+    return max(codes)
+
+
+def print_ladder(result) -> None:
+    """The ladder as a plain table (tok/s per repeat, each step's factor), then its computed explanation."""
+    fields = result.fields
+    print(f"{'rung':<12} {'status':<8} {'out tok/s per repeat':<30} {'ms/token p50':>12}")
+    for name, rung in fields.get("rungs", {}).items():
+        rates = " ".join(f"{v:.1f}" for v in rung["tok_s"]) or rung["reason"]
+        step = rung.get("tpot_ms_median")
+        print(f"{name:<12} {rung['status']:<8} {rates:<30} {step if step is not None else '-':>12}")
+    for f in fields.get("factors", []) + fields.get("sides", []):
+        where = "" if f["in_product"] else "  (side: outside the product)"
+        print(f"{f['lower']} -> {f['upper']}: {f['value']:.2f}x [{f['low']:.2f}-{f['high']:.2f}, n={f['n']}] "
+              f"{f['mechanism']}{where}")
+    if fields.get("total"):
+        print(f"vllm / hf: {fields['total']['value']:.2f}x; product of the steps: {fields['product']:.2f}x")
+    print(fields.get("caption", ""))
+
+
+def print_fields(result) -> None:
+    """An experiment's fields as JSON (less its figure's series and the run's stamps)."""
+    print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("series", "versions",
+                                                                               "engine_args", "device")},
+                     indent=2, default=str))
+
+
+async def experiment(name: str, params, config: EngineConfig, engines, check, out: str, stem: str = "experiment",
+                     show=print_fields, pool: dict | None = None) -> int:
+    """Start the engines it needs, run it, print its fields, write and store it (also when it fails). ``pool``:
+    engines a ladder starts beyond the session's, kept there for the next (the caller stops them)."""
     from lab.experiments import new_result, run_experiment, write_experiment
     from lab.session import LabSession
     from lab.store import default_db_path, save_experiment
 
     session = LabSession(config, engines, check)
+    session.ladder_pool = pool
     result = None
     try:
         await session.start()
@@ -391,11 +464,9 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
         say_failure("experiment", exc)
     finally:
         if result is not None:
-            paths = write_experiment(result, out)
+            paths = write_experiment(result, out, stem)
             save_experiment(default_db_path(), result)
-            print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("series", "versions",
-                                                                                       "engine_args", "device")},
-                             indent=2, default=str))
+            show(result)
             say_end(result, paths.values())
         await session.stop()
     return 0 if result is not None and result.status == RunStatus.OK else 1
@@ -470,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         print(build_embedded_model())
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
+                "explain": run_explain,
                 "sweep": run_sweep_cli, "serve": run_serve}
     try:
         return commands[args.command](args)

@@ -93,6 +93,9 @@ class EngineConfig:
         hf_max_batch_size: Static-batch cap of the HF baseline; 32 covers the 20-user level.
         hf_cudnn_sdp: Keep PyTorch's cuDNN attention on for HF (the naive default on CUDA, which pays
             a set-up cost at every new shape). False: the fair setting, cuDNN SDPA off.
+        hf_compile: HF with a static KV cache, its decode step compiled (torch.compile, CUDA graphs on CUDA) and
+            every batch padded to hf_max_batch_size rows: HF's own fix for per-step overhead (the why ladder's
+            hf-compiled rung). Off: generate()'s dynamic cache, eager, the naive baseline.
         hf_threads: torch threads of the HF engine on CPU. None: cores - 1 (min 1), so the UI and the
             event loop are not starved on a 2-core machine.
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
@@ -122,6 +125,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     hf_max_batch_size: int = 32
     hf_cudnn_sdp: bool = False
+    hf_compile: bool = False
     hf_threads: int | None = None
     enable_prefix_caching: bool = True
     load_format: str = "auto"

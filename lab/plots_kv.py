@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from lab.experiments.blocks import derive_grid
 from lab.metrics.kv import used_blocks
 from lab.plots import ENGINE_COLORS, _layout
+from lab.plots_why import ladder_figure
 
 FREE = "#f4f4f4"
 PALETTE = ["#17bebb", "#e4572e", "#76b041", "#ffc914", "#2e282a", "#8f3985", "#3d5a80", "#ee6c4d",
@@ -196,4 +197,4 @@ def hf_slab_figure(level) -> go.Figure:
 
 FIGURES = {"waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
            "phases": phases_figure, "preemption": preemption_figure, "sharing": sharing_figure,
-           "memory": memory_figure}
+           "memory": memory_figure, "why": ladder_figure}

@@ -153,7 +153,7 @@ def _layout() -> KvTab:
     experiment's figure beside its fields."""
     gr.Markdown("Each experiment measures one reason paged KV wins, on the engines loaded above.")
     with gr.Row():
-        experiment = gr.Dropdown([(f"{name}: {text}", name) for name, text in EXPERIMENTS.items()],
+        experiment = gr.Dropdown([(f"{name}: {text}", name) for name, text in EXPERIMENTS.items() if name != "why"],
                                  value=DEFAULT_EXPERIMENT, label="Experiment", elem_id="kv-experiment", scale=2)
         params = gr.Textbox("", label="Parameters", placeholder="users=4 output_len=24", elem_id="kv-params",
                             scale=1)

@@ -55,6 +55,7 @@ class _Batch:
     padded_len: int
     epoch: int
     step: int = 0
+    fillers: int = 0  # rows that only keep a compiled batch's shape (hf_compile)
 
 
 def default_hf_threads() -> int:
@@ -150,6 +151,10 @@ class HFEngine:
             "decoding": "greedy",
             "load_format": self.config.load_format,
         }
+        if self.config.hf_compile:
+            args["batching"] += f"; every batch padded to {self.config.hf_max_batch_size} rows"
+            args["cache"] = ("static, max_model_len per row; torch.compile (reduce-overhead) on CUDA"
+                             if device == "cuda" else "static, max_model_len per row (no compile off CUDA)")
         if device == "cpu":
             args["torch_threads"] = threads
         return EngineInfo(
@@ -263,12 +268,13 @@ class HFEngine:
     def _run_batch(self, slots: list[_Slot]) -> None:
         torch = self.torch
         padded = max(s.request.prompt_len for s in slots)
-        ids = [[self.pad_id] * (padded - s.request.prompt_len) + list(s.request.prompt_token_ids)
-               for s in slots]
-        mask = [[0] * (padded - s.request.prompt_len) + [1] * s.request.prompt_len for s in slots]
+        fillers = self.config.hf_max_batch_size - len(slots) if self.config.hf_compile else 0
+        rows = [s.request for s in slots] + [slots[0].request] * fillers
+        ids = [[self.pad_id] * (padded - r.prompt_len) + list(r.prompt_token_ids) for r in rows]
+        mask = [[0] * (padded - r.prompt_len) + [1] * r.prompt_len for r in rows]
         input_ids = torch.tensor(ids, device=self.device)
         attention_mask = torch.tensor(mask, device=self.device)
-        batch = _Batch(slots=slots, padded_len=padded, epoch=self._abort_epoch)
+        batch = _Batch(slots=slots, padded_len=padded, epoch=self._abort_epoch, fillers=fillers)
         self._sample(batch)  # the batch is formed: prefill of batch x padded length starts now
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
@@ -281,11 +287,22 @@ class HFEngine:
                 pad_token_id=self.pad_id,
                 stopping_criteria=StoppingCriteriaList([_StepObserver(self, batch)]),
                 logits_processor=LogitsProcessorList([_SuppressEos(self, batch)]),
+                **self._static_cache(),
             )
         for slot in slots:  # generate() returned: every request gets its answer now
             if not slot.done:
                 slot.done = True
                 self._push(slot, _END)
+
+    def _static_cache(self) -> dict:
+        """hf_compile: a static KV cache of max_model_len tokens per row, which generate() compiles its decode step
+        for on CUDA (torch.compile, mode reduce-overhead: CUDA graphs); rows are padded to hf_max_batch_size, so
+        one batch shape is compiled once. Otherwise nothing: generate()'s dynamic cache."""
+        if not self.config.hf_compile:
+            return {}
+        from transformers import StaticCache
+
+        return {"past_key_values": StaticCache(config=self.model.config, max_cache_len=self.config.max_model_len)}
 
     def _on_step(self, batch: _Batch, last_tokens: list[int]) -> list[bool]:
         now = time.perf_counter()
@@ -334,8 +351,8 @@ class _StepObserver:
         self.engine, self.batch = engine, batch
 
     def __call__(self, input_ids, scores, **kwargs):
-        done = self.engine._on_step(self.batch, input_ids[:, -1].tolist())
-        return self.engine.torch.tensor(done, device=input_ids.device)
+        done = self.engine._on_step(self.batch, input_ids[:len(self.batch.slots), -1].tolist())
+        return self.engine.torch.tensor(done + [True] * self.batch.fillers, device=input_ids.device)
 
 
 class _SuppressEos:

@@ -36,6 +36,7 @@ EXPERIMENTS = {
     "preemption": "a deliberately small KV pool under many users: vLLM's preemptions, against a normal pool",
     "sharing": "parallel sampling (n=4) of one prompt vs four separate requests: shared KV blocks",
     "memory": "the memory plan: vLLM's fraction of TOTAL memory and what it buys in KV blocks",
+    "why": "the vLLM/HF ratio taken apart: one mechanism per rung, measured on the same requests",
 }
 
 
@@ -201,14 +202,14 @@ def salvage(session, name: str, result: ExperimentResult) -> None:
         log.exception("experiment %s stopped before it measured enough to fill its fields", name)
 
 
-def write_experiment(result: ExperimentResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write DIR/experiment.json and, where rows fit a table, DIR/experiment.csv."""
+def write_experiment(result: ExperimentResult, out_dir: str | Path, stem: str = "experiment") -> dict[str, Path]:
+    """Write DIR/STEM.json and, where rows fit a table, DIR/STEM.csv (stem: experiment, or explain for the ladder)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "experiment.json"}
+    paths = {"json": out / f"{stem}.json"}
     paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str))
     if result.rows:
-        paths["csv"] = out / "experiment.csv"
+        paths["csv"] = out / f"{stem}.csv"
         with paths["csv"].open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(result.rows[0]))
             writer.writeheader()

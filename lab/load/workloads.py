@@ -62,6 +62,7 @@ WORKLOADS: dict[str, Workload] = {
                  (0, 0), (128, 128), fixed_prompt=SEED_PROMPT),
         Workload("decode", "decode-bound: short prompts (16-64), long outputs (256-512)", (16, 64), (256, 512)),
         Workload("prefill", "prefill-bound: long prompts (512-1536), short outputs (8-32)", (512, 1536), (8, 32)),
+        Workload("spread", "answers spread 12x: short prompts (16-64), outputs 8-96 tokens", (16, 64), (8, 96)),
     )
 }
 

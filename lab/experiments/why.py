@@ -1,0 +1,270 @@
+"""why: the HF-to-vLLM ratio taken apart, one mechanism per rung (lab.ladder), on the same seeded requests.
+
+Each rung's engine is started once (the session's own engine where its settings match), then the rungs take
+turns, ``repeats`` times over, on identical requests: a repeat's rungs run minutes apart at most, so drift
+favours none. A preset chooses a load that holds the mechanism it is named for:
+- overhead: 1 user, short prompts: no batching or paging can act; what remains is what a step costs.
+- spread: answers spread 12x (16x on a GPU), several requests per user: static batches wait for their longest
+  answer while continuous batching refills a finished request's slot at the next step.
+- memory: HF and vLLM get the same KV tokens; HF reserves each batch's longest request up front (a static
+  cache of batch x (prompt + output)), so the budget caps its batch, while vLLM's blocks hold what requests use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+from lab.config import MAX_REPEATS, VLLM_ENGINES, LoadConfig
+from lab.engines import create_engine
+from lab.ladder import RUNGS, check_rungs, decompose, skip_reason
+from lab.load.driver import run_users
+from lab.load.workloads import longest_request, make_requests
+from lab.metrics import summarize
+from lab.metrics.kv import blocks_for
+
+ENGINES = ("hf", "vllm")  # what the session should hold; the other rungs start here
+SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: the next rung waits it out
+COMPILE_BOUND_S = 300.0  # hf-compiled's warm-up (its compiles) may take this long; past it the rung is dropped
+
+
+@dataclass(frozen=True)
+class Load:
+    """One preset's load on one device kind: users, requests per user, workload, output length, HF's batch cap
+    under the memory preset (0: no shared budget)."""
+
+    users: int
+    requests_per_user: int
+    workload: str
+    output_len: int | None = None
+    hf_cap: int = 0
+
+
+PRESETS = {
+    "overhead": {"cpu": Load(1, 3, "equal", 32), "cuda": Load(1, 4, "equal", 128)},
+    "spread": {"cpu": Load(4, 4, "spread"), "cuda": Load(64, 4, "mixed")},
+    "memory": {"cpu": Load(8, 2, "spread", hf_cap=3), "cuda": Load(64, 2, "mixed", hf_cap=16)},
+}
+PRESET_WORDS = {
+    "overhead": "1 user, short prompts: no batching or paging can act, so what differs is what one step costs",
+    "spread": "answers of very different lengths, several per user: static batches wait for their longest answer, "
+              "continuous batching refills a finished slot at the next step",
+    "memory": "the same KV tokens for both: HF reserves each request's longest possible length up front (a static "
+              "cache), vLLM's blocks hold what requests use",
+}
+
+
+@dataclass(frozen=True)
+class Params:
+    """preset: overhead, spread or memory (what the load holds); repeats: turns of every rung (interleaved);
+    rungs: the rungs to run, a comma list (hf and vllm at least)."""
+
+    preset: str = "overhead"
+    repeats: int = 3
+    rungs: str = ",".join(RUNGS)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
+            raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
+        check_rungs(self.rung_names())
+
+    def rung_names(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.rungs.replace(" ", ",").split(",") if n.strip())
+
+    def load(self, config) -> Load:
+        return PRESETS[self.preset]["cuda" if config.resolved_device() == "cuda" else "cpu"]
+
+
+def check(params: Params, config) -> None:
+    """The preset's requests must fit max_model_len (the memory preset sets its own)."""
+    load = params.load(config)
+    LoadConfig(users=(load.users,), workload=load.workload, requests_per_user=load.requests_per_user,
+               output_len=load.output_len)
+    prompt, output = longest_request(load.workload, load.output_len)
+    if not load.hf_cap and prompt + output > config.max_model_len:
+        raise ValueError(f"the {params.preset} preset's longest request ({prompt} + {output} tokens) is past "
+                         f"max_model_len {config.max_model_len}: raise --max-model-len to {prompt + output}")
+
+
+def budget(params: Params, config, per_token: int) -> dict:
+    """The memory preset's shared KV budget (computed): HF's cap x its longest request, in tokens, and the
+    settings that give vLLM and HF-CB those tokens; {} for the other presets."""
+    load = params.load(config)
+    if not load.hf_cap:
+        return {}
+    longest = sum(longest_request(load.workload, load.output_len))
+    block = 16 if config.resolved_device() == "cuda" else 32  # vLLM's CPU build: multiples of 32
+    tokens = load.hf_cap * longest
+    blocks = tokens // block
+    return {"tokens": blocks * block, "longest_request": longest, "hf_cap": load.hf_cap, "block_size": block,
+            "bytes": blocks * block * per_token,
+            "overrides": {"hf_max_batch_size": load.hf_cap, "block_size": block, "num_kv_blocks": blocks + 1,
+                          "max_model_len": blocks_for(longest, block) * block,
+                          "kv_cache_gib": blocks * block * per_token / 1024**3}}
+
+
+def preset_config(params: Params, config, per_token: int):
+    """The session's config with the preset's shared settings (the memory preset's budget)."""
+    return config.with_overrides(**budget(params, config, per_token).get("overrides", {}))
+
+
+async def run(session, params: Params, result, notify) -> None:
+    """Start the rungs, run them in turns, fill the factors after every turn; stop what was started here."""
+    device = session.check.device
+    per_token = session.info[next(iter(session.info))].kv_bytes_per_token if session.info else None
+    per_token = per_token or _per_token(session)
+    config = preset_config(params, session.config, per_token)
+    load = params.load(config)
+    result.fields.update(_head(params, device, load, budget(params, session.config, per_token)))
+    requests = make_requests(session.tokenizer, load.workload, load.users * load.requests_per_user, 11,
+                             load.output_len, prefix="why")
+    rungs, kept = {}, getattr(session, "ladder_pool", None)  # a caller's pool keeps rung engines for its next ladder
+    pool = {} if kept is None else kept
+    try:
+        await _start_rungs(session, params, config, device, rungs, pool, result, notify)
+        for repeat in range(params.repeats):
+            for name, engine in list(rungs.items()):
+                await _turn(name, engine, requests, load.users, repeat, params, result, notify, device)
+        result.message = "done"
+    finally:
+        if kept is None:
+            await stop_pool(pool)
+
+
+async def stop_pool(pool: dict) -> None:
+    """Stop the rung engines a ladder started (vLLM's first: their processes)."""
+    for engine in reversed(list(pool.values())):
+        await engine.stop()
+    pool.clear()
+
+
+def _per_token(session) -> int:
+    from lab.memory import model_kv_bytes_per_token
+
+    return model_kv_bytes_per_token(session.check.model_path, session.config.resolved_dtype())
+
+
+def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
+    return {"preset": params.preset, "preset_words": PRESET_WORDS[params.preset], "device_kind": device,
+            "load": {"users": load.users, "requests_per_user": load.requests_per_user, "workload": load.workload,
+                     "output_len": load.output_len},
+            "budget": {k: v for k, v in shared.items() if k != "overrides"} or None,
+            "repeats": params.repeats, "rungs": {}, "factors": [], "sides": [], "total": None, "product": None}
+
+
+async def _start_rungs(session, params, config, device, rungs, pool, result, notify) -> None:
+    """Each rung's engine: the session's where its settings match, else a new one (vLLM first)."""
+    asked = check_rungs(params.rung_names())
+    order = sorted(RUNGS, key=lambda n: 0 if RUNGS[n].engine in (*VLLM_ENGINES, "offline") else 1)
+    for name in order:
+        reason = skip_reason(name, device, asked)
+        entry = result.fields["rungs"][name] = {"label": RUNGS[name].label, "engine": RUNGS[name].engine,
+                                                "status": "skipped" if reason else "starting", "reason": reason or "",
+                                                "tok_s": [], "tpot_ms": [], "peak_running": []}
+        if reason:
+            continue
+        rung_config = config.with_overrides(**dict(RUNGS[name].overrides))
+        rung_config = _as_wide_as_the_load(name, rung_config, result.fields["load"]["users"])
+        result.message = f"starting rung {name} ({RUNGS[name].label})"
+        notify(result)
+        engine = _reuse(session, RUNGS[name].engine, rung_config) or pool.get((name, rung_config))
+        began = time.perf_counter()
+        if engine is None:
+            engine = pool[(name, rung_config)] = _create(name, rung_config, session.check.model_path)
+            entry["args"] = await engine.start()
+        entry["start_s"] = round(time.perf_counter() - began, 2)
+        await _warm(name, engine, session.tokenizer, result, entry)
+        if entry["status"] == "starting":
+            rungs[name] = engine
+            entry["status"] = "ran"
+    result.fields["rungs"] = {n: result.fields["rungs"][n] for n in RUNGS}  # ladder order, whatever the start order
+
+
+def _as_wide_as_the_load(name: str, config, users: int):
+    """hf-compiled: one compiled batch shape, no wider than the load; offline: at most ``users`` requests in a
+    step, as the closed-loop rungs have (all at once, vLLM refills a finished one's place from its queue)."""
+    if name == "hf-compiled":
+        return config.with_overrides(hf_max_batch_size=min(config.hf_max_batch_size, users))
+    if name == "offline":
+        return config.with_overrides(max_num_seqs=min(config.max_num_seqs, users))
+    return config
+
+
+def _reuse(session, engine_name: str, config):
+    """The session's engine of that name when it runs these very settings, else None."""
+    if engine_name in session.engines and session.configs.get(engine_name) == config:
+        return session.engines[engine_name]
+    return None
+
+
+def _create(name: str, config, model_path: str):
+    if name == "offline":
+        from lab.engines.vllm_offline import OfflineVLLM
+
+        return OfflineVLLM(config, model_path)
+    return create_engine(RUNGS[name].engine, config, model_path)
+
+
+async def _warm(name, engine, tokenizer, result, entry) -> None:
+    """Two short unmeasured requests (and, for hf-compiled, its compiles); a compile past the bound drops it."""
+    load = result.fields["load"]
+    warm = make_requests(tokenizer, load["workload"], max(2, load["users"]), 99, 16, prefix=f"warm-{name}")
+    began = time.perf_counter()
+    if name == "offline":
+        await engine.generate(warm)
+    else:
+        await run_users(engine, iter(warm), users=len(warm))
+        await engine.reset()
+        engine.drain_samples()
+    entry["warmup_s"] = round(time.perf_counter() - began, 2)
+    if name == "hf-compiled" and entry["warmup_s"] > COMPILE_BOUND_S:
+        entry["status"], entry["reason"] = "skipped", (
+            f"its compiles took {entry['warmup_s']:.0f} s, past the bound of {COMPILE_BOUND_S:.0f} s")
+
+
+async def _turn(name, engine, requests, users, repeat, params, result, notify, device) -> None:
+    """One rung's turn: the requests through its users (offline: all at once), its figures, the new factors."""
+    entry = result.fields["rungs"][name]
+    result.message = f"repeat {repeat + 1} of {params.repeats}: {name} ({entry['label']})"
+    notify(result)
+    if name == "offline":
+        tokens, seconds = await engine.generate(requests)
+        tok_s, tpot, peak = tokens / seconds, None, len(requests)
+    else:
+        await engine.reset()
+        engine.drain_samples()
+        records = await run_users(engine, iter(requests), users)
+        samples = engine.drain_samples()
+        summary = summarize(records, name, users, repeat)
+        if summary.completed < len(requests):
+            raise RuntimeError(f"rung {name} finished {summary.completed} of {len(requests)} requests"
+                               f" ({summary.errors} errors, {summary.cancelled} cancelled)")
+        tok_s, tpot = summary.output_tok_s, summary.tpot_s.p50
+        peak = max((s.running for s in samples), default=None)
+    entry["tok_s"].append(round(tok_s, 3))
+    entry["tpot_ms"].append(None if tpot is None else round(tpot * 1000, 2))
+    entry["peak_running"].append(peak)
+    result.rows.append({"rung": name, "repeat": repeat, "output_tok_s": round(tok_s, 3),
+                        "tpot_p50_ms": entry["tpot_ms"][-1], "peak_running": peak})
+    fill(None, result)
+    notify(result)
+    if RUNGS[name].engine in (*VLLM_ENGINES, "offline") and device == "cpu":
+        await asyncio.sleep(SETTLE_S)
+
+
+def fill(session, result) -> None:
+    """The factors and the caption from the turns measured so far (also after a cancel or a failure)."""
+    from lab.sentences import why_caption
+
+    fields = result.fields
+    tok_s = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
+    fields.update(decompose(tok_s, fields.get("device_kind", "cpu")))
+    for entry in fields.get("rungs", {}).values():
+        done = [v for v in entry["tpot_ms"] if v is not None]
+        entry["tpot_ms_median"] = round(statistics.median(done), 2) if done else None
+    result.series = {"tok_s": tok_s}
+    fields["caption"] = why_caption(fields)

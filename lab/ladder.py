@@ -1,0 +1,157 @@
+"""The ladder: HF's output tok/s taken to vLLM's one mechanism at a time, and the ratio split into factors.
+
+Rungs form a chain, each differing from the one before by one mechanism vLLM adds to HF's baseline:
+hf (static batches, eager) -> hf-cb (continuous batching and paged KV, transformers' own code) -> vllm-eager
+(vLLM's scheduler and kernels, no CUDA graphs) -> vllm (CUDA graphs and torch.compile: per-step overhead).
+The order follows what a request meets first: how requests are batched, then whose kernels run a step, then
+what each step costs the CPU. Three side rungs are compared with one chain rung each, outside the product:
+hf-compiled (HF's own fix for step overhead, against hf), vllm-engine (vLLM's step loop, against the served
+vllm) and offline (LLM.generate, the ceiling, against vllm).
+
+A factor is the geometric mean, over the repeats, of the upper rung's tok/s over the lower's in the same
+repeat (the rungs are interleaved, so a repeat pairs runs made minutes apart at most). The total (vllm over hf)
+is the same mean of each repeat's vllm / hf, so the chain's factors multiply to it exactly. A skipped rung
+merges its step with the next: that factor spans both mechanisms, less any that cannot exist on the device
+(CUDA graphs on a CPU). Pure: no engine, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+CHAIN = ("hf", "hf-cb", "vllm-eager", "vllm")
+SIDES = {"hf-compiled": "hf", "vllm-engine": "vllm", "offline": "vllm"}  # side rung -> the chain rung it is set against
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: the engine that runs it, what it is, and the mechanism it adds to the rung below.
+
+    Attributes:
+        name: The rung's name (explain.json, --rungs, the plot).
+        engine: The lab engine that runs it; 'offline' is vLLM's LLM class, outside the lab's engines.
+        label: What runs, in a few words.
+        mechanism: What changes from the rung it is set against (empty for the baseline).
+        overrides: EngineConfig fields this rung sets.
+        cuda_only: The mechanism exists on CUDA only (on a CPU the rung is skipped, its mechanism absent).
+    """
+
+    name: str
+    engine: str
+    label: str
+    mechanism: str
+    overrides: tuple[tuple[str, object], ...] = ()
+    cuda_only: bool = False
+
+
+RUNGS = {r.name: r for r in (
+    Rung("hf", "hf", "HF generate(), static batches, eager", ""),
+    Rung("hf-compiled", "hf", "HF generate(), static cache + torch.compile",
+         "per-step overhead, HF's own fix (static KV cache + torch.compile with CUDA graphs)",
+         (("hf_compile", True),), cuda_only=True),
+    Rung("hf-cb", "hf-cb", "HF continuous batching, paged KV", "continuous batching + paged KV (transformers' code)"),
+    Rung("vllm-eager", "vllm", "vLLM, eager (no CUDA graphs)", "vLLM's scheduler and kernels",
+         (("enforce_eager", True),), cuda_only=True),
+    Rung("vllm", "vllm", "vLLM served (AsyncLLM), device default", "per-step overhead (CUDA graphs + torch.compile)",
+         (("enforce_eager", None),)),
+    Rung("vllm-engine", "vllm-engine", "vLLM step loop (LLMEngine.step)",
+         "front end: the step loop instead of AsyncLLM"),
+    Rung("offline", "offline", "vLLM offline LLM.generate, as many at once as users",
+         "front end: no users, no streaming (ceiling)"),
+)}
+CPU_ABSENT = {"vllm": "on a CPU vLLM runs eager: there are no CUDA graphs to add"}  # mechanisms a CPU lacks
+
+
+def check_rungs(names) -> tuple[str, ...]:
+    """The asked-for rungs in ladder order, or ValueError naming an unknown one and the choices."""
+    names = tuple(names)
+    unknown = [n for n in names if n not in RUNGS]
+    if unknown:
+        raise ValueError(f"unknown rung {unknown[0]!r}; choose from {', '.join(RUNGS)}")
+    if not names:
+        raise ValueError(f"rungs: choose at least hf and vllm from {', '.join(RUNGS)}")
+    missing = [n for n in ("hf", "vllm") if n not in names]
+    if missing:
+        raise ValueError(f"rungs: {missing[0]} is needed (the ratio runs from hf to vllm); got {', '.join(names)}")
+    return tuple(n for n in RUNGS if n in names)
+
+
+def skip_reason(name: str, device: str, asked: tuple[str, ...]) -> str | None:
+    """Why a rung does not run here, or None."""
+    if name not in asked:
+        return "not asked for (--rungs)"
+    if RUNGS[name].cuda_only and device != "cuda":
+        return {"hf-compiled": "torch.compile's CUDA graphs need CUDA; on a CPU HF stays eager",
+                "vllm-eager": "on a CPU vLLM always runs eager: this rung would be the vllm rung"}[name]
+    return None
+
+
+def geo_mean(values) -> float | None:
+    """The geometric mean of positive values (None when there are none)."""
+    data = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, data)) / len(data)) if data else None
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One step of the ladder: upper / lower tok/s, its spread over the repeats and what it isolates."""
+
+    lower: str
+    upper: str
+    mechanism: str
+    value: float
+    low: float
+    high: float
+    n: int
+    in_product: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def paired(tok_s: dict[str, list[float | None]], lower: str, upper: str) -> list[float]:
+    """upper / lower in each repeat where both ran."""
+    pairs = zip(tok_s.get(lower, []), tok_s.get(upper, []), strict=False)
+    return [u / lo for lo, u in pairs if lo and u]
+
+
+def step_mechanism(lower: str, upper: str, device: str) -> str:
+    """What a chain step spans: the upper rung's mechanism and those of skipped rungs between (less the absent)."""
+    names = CHAIN[CHAIN.index(lower) + 1: CHAIN.index(upper) + 1]
+    parts = [RUNGS[n].mechanism for n in names if not (device != "cuda" and n in CPU_ABSENT)]
+    return " + ".join(parts) or RUNGS[upper].mechanism
+
+
+def factor(tok_s: dict, lower: str, upper: str, mechanism: str, in_product: bool) -> Factor | None:
+    """The factor between two rungs, or None when no repeat has both."""
+    ratios = paired(tok_s, lower, upper)
+    if not ratios:
+        return None
+    return Factor(lower, upper, mechanism, geo_mean(ratios), min(ratios), max(ratios), len(ratios), in_product)
+
+
+def decompose(tok_s: dict[str, list[float | None]], device: str) -> dict:
+    """The chain's factors (their product is the total), the side factors and the total, from measured tok/s.
+
+    Args:
+        tok_s: Rung name -> output tok/s per repeat (None where a repeat did not finish).
+        device: 'cpu' or 'cuda' (which mechanisms can exist).
+
+    Returns:
+        {"total": Factor hf -> vllm or None, "factors": chain factors, "sides": side factors, "product": the
+        chain factors' product}, each Factor as a dict.
+    """
+    ran = [n for n in CHAIN if paired(tok_s, n, n)]
+    steps = [factor(tok_s, lo, up, step_mechanism(lo, up, device), True) for lo, up in zip(ran, ran[1:], strict=False)]
+    sides = [factor(tok_s, base, side, RUNGS[side].mechanism, False) for side, base in SIDES.items()]
+    total = factor(tok_s, "hf", "vllm", "everything vLLM adds to HF's baseline", False)
+    steps = [s for s in steps if s is not None]
+    return {"total": total.to_dict() if total else None, "factors": [s.to_dict() for s in steps],
+            "sides": [s.to_dict() for s in sides if s is not None],
+            "product": math.prod(s.value for s in steps) if steps else None}
+
+
+def largest(factors: list[dict]) -> dict | None:
+    """The chain factor farthest from 1 (a loss counts by its inverse), or None."""
+    return max(factors, key=lambda f: abs(math.log(f["value"])), default=None)

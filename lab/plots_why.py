@@ -1,0 +1,41 @@
+"""The why ladder's figure: output tok/s per rung with its repeats' range, and each step's factor over it.
+
+Log scale, so that each step's height is its factor and the chain's steps stack up to the whole ratio. Chain
+rungs are drawn in one colour, side rungs (set against one chain rung, outside the product) in another.
+Every number drawn comes from the ladder's result (lab.experiments.why).
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from lab.ladder import CHAIN, geo_mean
+from lab.plots import _layout
+
+CHAIN_COLOR, SIDE_COLOR = "#17bebb", "#a5668b"
+
+
+def ladder_figure(result) -> go.Figure:
+    """Bars of each rung that ran (geometric mean over its repeats, whiskers to the lowest and highest), the
+    chain's factors written between neighbouring rungs."""
+    fields, fig = result.fields, go.Figure()
+    ran = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
+    if ran:
+        names, means = list(ran), [geo_mean(v) for v in ran.values()]
+        pairs = list(zip(ran.values(), means, strict=True))
+        fig.add_trace(go.Bar(
+            x=names, y=means, marker_color=[CHAIN_COLOR if n in CHAIN else SIDE_COLOR for n in names],
+            error_y=dict(type="data", symmetric=False, array=[max(v) - m for v, m in pairs],
+                         arrayminus=[m - min(v) for v, m in pairs]),
+            text=[f"{m:,.1f}" for m in means], textposition="inside", name="output tok/s (measured)",
+            hovertext=[fields["rungs"][n]["label"] for n in names]))
+        for f in fields.get("factors", []):
+            fig.add_annotation(x=f["upper"], y=1, yref="paper", yanchor="bottom", showarrow=False,
+                               text=f"×{f['value']:.2f} vs {f['lower']}", font=dict(size=11))
+    preset = fields.get("preset", "")
+    fig = _layout(fig, f"Why: output tok/s per rung ({preset}; log scale, whiskers: repeats)", "rung",
+                  "output tok/s")
+    if ran:
+        fig.update_yaxes(type="log")
+        fig.update_layout(showlegend=False, margin=dict(l=50, r=20, t=80, b=60))
+    return fig
