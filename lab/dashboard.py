@@ -21,6 +21,7 @@ from lab.plots import (
     vllm_kv_figure,
 )
 from lab.runs import RUNNING, RunResult, summary_dict
+from lab.sentences import ratio_caption
 from lab.status import RequestStatus
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
@@ -97,14 +98,15 @@ class LiveView:
     kv_tokens: Any
     queue: Any
     latency: Any
+    caption: str = ""
 
 
 def live_view(result: RunResult) -> LiveView:
     """Figures and table of a live or finished run (the same functions the notebooks use)."""
     progress, throughput, queue, vllm_kv, kv_tokens = over_time_view(result)
-    bars, ratio, latency = per_level_view(result)
+    bars, ratio, latency, caption = per_level_view(result)
     return LiveView(progress=progress, throughput=throughput, tok_s_bars=bars, ratio=ratio, vllm_kv=vllm_kv,
-                    kv_tokens=kv_tokens, queue=queue, latency=latency)
+                    kv_tokens=kv_tokens, queue=queue, latency=latency, caption=caption)
 
 
 def over_time_view(result: RunResult) -> tuple:
@@ -114,9 +116,10 @@ def over_time_view(result: RunResult) -> tuple:
 
 
 def per_level_view(result: RunResult) -> tuple:
-    """What changes only when a level begins or ends: the per-level bars, the ratio and the latency table."""
+    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table and the
+    ratio's computed caption."""
     summary = summary_dict(result)
-    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary)
+    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary), ratio_caption(summary)
 
 
 def per_level_key(result: RunResult | None) -> tuple | None:

@@ -82,3 +82,31 @@ def _side_line(side: dict) -> str:
                 f"made {value} the served vLLM's tok/s {pair}: the ceiling, and what the lab's users and streaming "
                 f"cost.")
     return f"{side['mechanism'][:1].upper()}{side['mechanism'][1:]}: {value} {pair}."
+
+
+def ratio_caption(summary: dict, base: str = "hf", top: str = "vllm") -> str:
+    """Under the load test's ratio plot: each level's ratio beside the two engines' median time per output token,
+    and what a level of that size can and cannot hold (summary.json's ``runs`` and ``ratio``)."""
+    ratios = (summary.get("ratios") or {}).get(top) or summary.get("ratio") or {}
+    lines = [_level_line(int(users), ratio, summary.get("runs", []), base, top)
+             for users, ratio in sorted(ratios.items(), key=lambda kv: int(kv[0])) if ratio]
+    if not lines:
+        return ""
+    return "\n".join(f"- {line}" for line in lines) + (
+        "\n\nWhich mechanism makes up the ratio is measured on the **Why** tab.")
+
+
+def _level_line(users: int, ratio: float, runs: list[dict], base: str, top: str) -> str:
+    def step_ms(engine: str) -> float | None:
+        found = sorted(r["tpot_s"]["p50"] for r in runs if r["engine"] == engine and r["users"] == users
+                       and r.get("tpot_s", {}).get("p50") is not None)
+        return found[len(found) // 2] * 1000 if found else None
+
+    low, high = step_ms(base), step_ms(top)
+    line = f"At {users} user{'s' if users > 1 else ''}: {top} made {ratio:.2f}x {base}'s output tok/s"
+    if low is None or high is None:
+        return line + "."
+    line += f"; median time per output token {low:.1f} ms in {base}, {high:.1f} ms in {top} (measured)"
+    if users == 1:
+        return line + ": one request at a time, so nothing is batched or paged; the ratio is the cost of a step."
+    return line + "."

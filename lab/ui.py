@@ -40,11 +40,13 @@ from lab.store import export_run, list_runs, list_summaries, load_summary, run_l
 from lab.ui_kv import build_kv_tab
 from lab.ui_sweep import SweepHandlers, build_sweep_tab
 from lab.ui_timer import redraw_on_change
+from lab.ui_why import build_why_tab
 
-INTRO = """# KV Lab — why vLLM outruns HF `generate()`
-One model, loaded twice in this process: **HF transformers** with static batching (a padded batch runs until
-its longest request ends; its KV cache is one contiguous block per batch) and **vLLM** (PagedAttention and
-continuous batching). Pick a workload and concurrent users, press **Run**, and watch both measured live."""
+INTRO = """# KV Lab — how much vLLM outruns HF `generate()` here, and why
+One model, loaded by each engine: **HF transformers** with static batching (a padded batch runs until its longest
+request ends; its KV cache is one contiguous block per batch) and **vLLM** (KV in blocks, continuous batching and,
+on a GPU, CUDA graphs). Pick a workload and concurrent users, press **Run**, and watch both measured live; the
+**Why** tab measures which of those mechanisms the ratio comes from on this device."""
 PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one second; a level's bar divides all "
              "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
              "are left, so the per-second peaks lie above the bar.*")
@@ -188,7 +190,7 @@ class Handlers:
     def per_level(self) -> list:
         """The per-level bars, the ratio and the latency table of the current run."""
         result = self.host.result
-        return [gr.skip()] * 3 if result is None else list(per_level_view(result))
+        return [gr.skip()] * 4 if result is None else list(per_level_view(result))
 
     def buttons_key(self) -> tuple:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
@@ -273,12 +275,14 @@ def build_app(host: LabHost) -> gr.Blocks:
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
         with gr.Tabs():
             load = _load_tab(host)
+            why = build_why_tab(host, TICK_S, QUIET)
             kv = build_kv_tab(host, TICK_S, QUIET)
             sweeps = build_sweep_tab(host, TICK_S, QUIET)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(handlers.restart, None, [load.message], api_name="restart")
-        buttons = ([load.run, load.demo, kv.run, sweeps.run], [load.cancel, kv.cancel, sweeps.cancel])
+        buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
+                   [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
         _wire_timer(handlers, header, load, results, env, buttons)
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
@@ -358,18 +362,19 @@ def _story_outputs(host: LabHost) -> tuple:
     with gr.Row():
         throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
         queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
+    caption = gr.Markdown("", elem_id="ratio-caption")
     gr.Markdown(PEAK_NOTE, elem_id="peak-note")
-    return progress, ratio, bars, throughput, queue
+    return progress, ratio, bars, throughput, queue, caption
 
 
-def _detail_outputs(progress, ratio, bars, throughput, queue) -> list:
+def _detail_outputs(progress, ratio, bars, throughput, queue, caption) -> list:
     """The KV charts and the latency table under the form, with the story's figures in Handlers.live's order."""
     with gr.Row():
         vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
         kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
     latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and user level",
                            elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
-    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency]  # live, then per level
+    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency, caption]  # live, then per level
 
 
 def _results_tab() -> ResultsTab:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.ladder import largest
 from lab.notebook import Answer
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def run_notebook(path: Path) -> tuple[dict, list]:
 
 
 def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
     for path in NOTEBOOKS:
         cells = json.loads(path.read_text())["cells"]
         text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
@@ -66,6 +67,11 @@ def test_notebook_runs_and_every_answer_is_computed(path):
         assert "nan" not in str(a).lower().split() and any(ch.isdigit() for ch in str(a)), str(a)
         assert a._repr_markdown_().startswith("<details>")
     assert not namespace["session"].engines  # the last cell stopped the engines
+    if path.stem == "07_why_vllm_wins":  # two loads, two ladders: each answer names its own ladder's largest step
+        for result, said in ((namespace["overhead"], answers[0]), (namespace["spread"], answers[1])):
+            big = largest(result.fields["factors"])
+            assert f"largest step is **{big['lower']} → {big['upper']}**, {big['value']:.2f}x" in str(said)
+            assert result.fields["caption"] in str(said)
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]

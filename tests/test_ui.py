@@ -496,3 +496,68 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     wait_text(later, "#sweep-points", "max_num_seqs=4", 20)
     later.wait_for_selector("a[href*='sweep.csv']", timeout=10_000)  # its download link
     later.close()
+
+
+# -- the Why tab ----------------------------------------------------------------------------------------
+def open_why_tab(browser, url, **options):
+    """A new page on the app's Why tab, once the engines are ready."""
+    page = open_ready(browser, url, **options)
+    page.get_by_role("tab", name="Why").click()
+    page.wait_for_selector("#why-run", state="visible")
+    return page
+
+
+def run_ladder(page, repeats, rungs):
+    page.fill("#why-repeats input", str(repeats))
+    page.fill("#why-rungs textarea", rungs)
+    page.click("#why-run")
+
+
+@pytest.mark.ui
+def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(served, browser, tmp_path):
+    from lab.store import list_experiments
+
+    host, url = served
+    before = host.experiment
+    page = open_why_tab(browser, url, viewport={"width": 1400, "height": 900})
+    page.wait_for_selector("#why-run:enabled", timeout=20_000)
+    run_ladder(page, 1, "hf,warp")
+    wait_text(page, "#why-message", "Input error", 20)
+    assert "unknown rung 'warp'" in page.inner_text("#why-message")
+    assert host.experiment is before and not host.running()
+    run_ladder(page, 1, "hf,vllm")
+    wait_text(page, "#why-message", "Experiment why", 30)
+    wait_text(page, "#why-progress", "status ok", 240)
+    wait_text(page, "#why-caption", "HF's output tok/s", 20)
+    fields = host.experiment.fields
+    caption = page.inner_text("#why-caption")
+    assert f"{fields['total']['value']:.2f}x" in caption and "a step took" in caption  # 1 user: its step times
+    assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 1
+    assert "hf → vllm" in page.inner_text("#why-factors")
+    assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.experiment.experiment_id
+    page.click("#why-stored input")
+    page.get_by_role("option", name=host.experiment.experiment_id).click()  # the history shows it again
+    wait_text(page, "#why-caption", "HF's output tok/s", 20)
+    page.screenshot(path=str(tmp_path / "why.png"), full_page=True)
+    page.close()
+
+
+@pytest.mark.ui
+def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
+    from lab.store import list_experiments
+
+    host, url = served
+    page = open_why_tab(browser, url)
+    page.wait_for_selector("#why-run:enabled", timeout=20_000)
+    run_ladder(page, 5, "hf,vllm")
+    wait_text(page, "#why-message", "started", 30)
+    while not (host.experiment and host.experiment.experiment == "why" and len(host.experiment.rows) >= 2):
+        time.sleep(0.2)
+    page.click("#why-cancel")
+    wait_text(page, "#why-progress", "cancelled", 60)
+    result = host.experiment
+    assert result.status == "cancelled" and 2 <= len(result.rows) < 10 and result.fields["total"] is not None
+    stored = {d["experiment_id"]: d for d in list_experiments(host.db_path, "why")}
+    mine = stored[result.experiment_id]
+    assert mine["status"] == "cancelled" and mine["rungs"]["hf"]["tok_s"]
+    page.close()

@@ -1,0 +1,164 @@
+"""The "Why" tab: the HF-to-vLLM ratio taken apart (the why ladder, lab.experiments.why), run from the page.
+
+Pure helpers first (the progress line, the factors table), then WhyHandlers over one LabHost, then the layout
+and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the turns
+measured, and it is stored with the other experiments; the tab lists the stored ladders. As in lab/ui_kv.py,
+the tab's gr.Timer writes a cheap change key and the figure, caption and table are redrawn only when it moved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+import pandas as pd
+
+from lab.experiments import parse_params
+from lab.experiments.why import PRESET_WORDS, PRESETS
+from lab.host import LabHost
+from lab.ladder import RUNGS
+from lab.plots_why import ladder_figure
+from lab.store import list_experiments
+from lab.ui_timer import redraw_on_change
+
+NO_LADDER = "No ladder yet: choose a preset and press **Run**."
+INTRO = ("The lab holds every contender, so it can take its own ratio apart. Each rung changes one mechanism and "
+         "runs the same seeded requests; the rungs take turns, repeat after repeat. A step's factor is its rung's "
+         "tok/s over the rung below, and the chain's steps multiply to vLLM / HF. Side rungs (HF compiled, vLLM's "
+         "step loop, offline vLLM) are set against one chain rung, outside the product. Rungs a device cannot run "
+         "are skipped with the reason; the sentences under the figure are computed from the run.")
+
+
+# -- pure helpers ------------------------------------------------------------------------------------
+def ladder_progress(result) -> str:
+    """One line: the ladder's preset, status and message."""
+    if result is None:
+        return NO_LADDER
+    preset = result.fields.get("preset", getattr(result.params, "preset", ""))
+    return f"Ladder **{preset}** ({result.experiment_id}): status {result.status}: {result.message}"
+
+
+def factors_table(fields: dict) -> pd.DataFrame:
+    """Each step: lower -> upper, its factor and the repeats' range, the mechanism, whether it is in the product."""
+    rows = [{"step": f"{f['lower']} → {f['upper']}", "factor": round(f["value"], 2),
+             "repeats": f"{f['low']:.2f}-{f['high']:.2f} (n={f['n']})", "mechanism": f["mechanism"],
+             "in product": "yes" if f["in_product"] else "side"}
+            for f in fields.get("factors", []) + fields.get("sides", [])]
+    return pd.DataFrame(rows, columns=["step", "factor", "repeats", "mechanism", "in product"])
+
+
+def whole(value, name: str) -> str:
+    """A form number as the text parse_params reads: a whole number stays whole, anything else is refused
+    there with the field's name."""
+    if value is None or value == "":
+        raise ValueError(f"{name}: give a whole number")
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+class _Stored:
+    """A stored ladder as the figure and caption read it."""
+
+    def __init__(self, data: dict):
+        self.fields, self.experiment_id = data, data.get("experiment_id", "")
+
+
+# -- handlers ----------------------------------------------------------------------------------------
+class WhyHandlers:
+    """The tab's event handlers over one LabHost."""
+
+    def __init__(self, host: LabHost):
+        self.host = host
+
+    def start(self, preset: str, repeats, rungs: str) -> str:
+        """Start a ladder; returns the message line."""
+        try:
+            params = parse_params("why", {"preset": preset, "repeats": whole(repeats, "repeats"),
+                                          "rungs": rungs or ",".join(RUNGS)})
+            started, message = self.host.submit_experiment("why", params)
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
+        return message if started else f"**Not started:** {message}"
+
+    def cancel(self) -> str:
+        return self.host.cancel()
+
+    def ladder(self):
+        """The host's experiment when it is a ladder, else None."""
+        result = self.host.experiment
+        return result if result is not None and result.experiment == "why" else None
+
+    def result_key(self) -> tuple | None:
+        result = self.ladder()
+        if result is None:
+            return None
+        return result.experiment_id, str(result.status), result.message, len(result.rows)
+
+    def ended_key(self) -> tuple | None:
+        """Changes when a ladder starts and when it ends (the stored list grows then)."""
+        result = self.ladder()
+        return None if result is None else (result.experiment_id, str(result.status) == "running")
+
+    def result_view(self) -> tuple:
+        """The progress line, the figure, the computed caption and the factors."""
+        result = self.ladder()
+        if result is None:
+            return NO_LADDER, gr.skip(), gr.skip(), gr.skip()
+        return (ladder_progress(result), ladder_figure(result), result.fields.get("caption", ""),
+                factors_table(result.fields))
+
+    def stored(self):
+        """The stored ladders, newest first, as the dropdown's choices."""
+        found = list_experiments(self.host.db_path, "why")
+        return gr.update(choices=[(f"{d['started_at'].replace('T', ' ')[:16]} · {d.get('preset', '?')} · "
+                                   f"{d['status']} ({d['experiment_id']})", d["experiment_id"]) for d in found])
+
+    def show_stored(self, experiment_id: str | None) -> tuple:
+        """A stored ladder's figure, caption and factors."""
+        data = next((d for d in list_experiments(self.host.db_path, "why") if d["experiment_id"] == experiment_id),
+                    None)
+        if data is None:
+            return gr.skip(), "No such stored ladder.", gr.skip()
+        return ladder_figure(_Stored(data)), data.get("caption", ""), factors_table(data)
+
+
+# -- layout and wiring -------------------------------------------------------------------------------
+@dataclass
+class WhyTab:
+    """The Why tab's components."""
+
+    run: gr.Button
+    cancel: gr.Button
+    message: gr.Markdown
+    result: list  # progress, figure, caption, factors: in WhyHandlers.result_view's order
+
+
+def build_why_tab(host: LabHost, tick_s: float, quiet: dict) -> WhyTab:
+    """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host``."""
+    handlers = WhyHandlers(host)
+    with gr.Tab("Why", id="why"):
+        gr.Markdown(INTRO)
+        with gr.Row():
+            preset = gr.Dropdown([(f"{name}: {PRESET_WORDS[name]}", name) for name in PRESETS], value="overhead",
+                                 label="Preset (the load every rung runs)", elem_id="why-preset", scale=3)
+            repeats = gr.Number(3, label="Repeats (turns of every rung)", precision=None, elem_id="why-repeats",
+                                scale=1)
+        rungs = gr.Textbox(",".join(RUNGS), label="Rungs (comma list; hf and vllm at least)", elem_id="why-rungs")
+        with gr.Row():
+            run = gr.Button("Run", variant="primary", elem_id="why-run", interactive=False)  # set by the timer
+            cancel = gr.Button("Cancel", variant="stop", elem_id="why-cancel", interactive=False)
+        message = gr.Markdown(elem_id="why-message")
+        progress = gr.Markdown(NO_LADDER, elem_id="why-progress")
+        figure = gr.Plot(label="Output tok/s per rung (measured)", elem_id="why-figure")
+        caption = gr.Markdown(elem_id="why-caption")
+        factors = gr.DataFrame(label="Factors", elem_id="why-factors", wrap=True)
+        with gr.Row():
+            stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
+            refresh = gr.Button("Refresh", size="sm", scale=1)
+        tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
+    run.click(handlers.start, [preset, repeats, rungs], [message], api_name="start_ladder")
+    cancel.click(handlers.cancel, None, [message], api_name="cancel_ladder")
+    refresh.click(handlers.stored, None, [stored], api_visibility="private")
+    stored.change(handlers.show_stored, [stored], [figure, caption, factors], api_visibility="private")
+    redraw_on_change([(handlers.result_key, handlers.result_view, tab.result),
+                      (handlers.ended_key, handlers.stored, [stored])], tick_s, quiet)
+    return tab
