@@ -395,12 +395,12 @@ def run_explain(args: argparse.Namespace) -> int:
     config = engine_config_from(args)
     for params in every:
         validate("why", params, config)
+    if len(every) > 1:  # each preset applies its own settings to the config given here
+        return run_async(ladders(every, config, check_session(config, ()), args.out))
     per_token = model_kv_bytes_per_token(resolve_model(config.model), config.resolved_dtype())
-    config = preset_config(every[0], config, per_token)
+    config = preset_config(every[0], config, per_token)  # the session's hf and vllm are then the rungs' own
     check = check_session(config, ("hf", "vllm"))
-    if len(every) == 1:
-        return run_async(experiment("why", every[0], config, ("hf", "vllm"), check, args.out, "explain", print_ladder))
-    return run_async(ladders(every, config, check, args.out))
+    return run_async(experiment("why", every[0], config, ("hf", "vllm"), check, args.out, "explain", print_ladder))
 
 
 async def ladders(every: list, config: EngineConfig, check, out: str) -> int:
@@ -458,8 +458,11 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
         await session.start()
         print_agreement(session)
         result = new_result(session, name, params)
-        await run_experiment(session, name, params, result,
-                             lambda r: log.info("%s: %s", name, r.message))
+        def progress(r) -> None:  # the files follow the result: a run killed from outside keeps what it measured
+            log.info("%s: %s", name, r.message)
+            write_experiment(r, out, stem)
+
+        await run_experiment(session, name, params, result, progress)
     except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
         say_failure("experiment", exc)
     finally:

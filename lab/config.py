@@ -96,6 +96,10 @@ class EngineConfig:
         hf_compile: HF with a static KV cache, its decode step compiled (torch.compile, CUDA graphs on CUDA) and
             every batch padded to hf_max_batch_size rows: HF's own fix for per-step overhead (the why ladder's
             hf-compiled rung). Off: generate()'s dynamic cache, eager, the naive baseline.
+        hf_cb_page_size: Tokens per page of HF-CB's paged cache. None: transformers' default (256); the why
+            ladder's memory preset gives it vLLM's block size, so both hold the same tokens in the same pages.
+        hf_cb_cuda_graphs: HF-CB captures CUDA graphs on CUDA (its fast setting). The why ladder turns them off
+            for its hf-cb rung, so that graphs enter the ladder at one step only (vllm-eager -> vllm).
         hf_threads: torch threads of the HF engine on CPU. None: cores - 1 (min 1), so the UI and the
             event loop are not starved on a 2-core machine.
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
@@ -126,6 +130,8 @@ class EngineConfig:
     hf_max_batch_size: int = 32
     hf_cudnn_sdp: bool = False
     hf_compile: bool = False
+    hf_cb_page_size: int | None = None
+    hf_cb_cuda_graphs: bool = True
     hf_threads: int | None = None
     enable_prefix_caching: bool = True
     load_format: str = "auto"
@@ -157,6 +163,8 @@ class EngineConfig:
             )
         if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
             raise ValueError(f"kv_cache_gib must be positive, not {self.kv_cache_gib}")
+        if self.hf_cb_page_size is not None and self.hf_cb_page_size < 1:
+            raise ValueError(f"hf_cb_page_size must be positive, not {self.hf_cb_page_size}")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
         for name in ("max_num_seqs", "hf_max_batch_size"):

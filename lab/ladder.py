@@ -50,17 +50,25 @@ RUNGS = {r.name: r for r in (
     Rung("hf-compiled", "hf", "HF generate(), static cache + torch.compile",
          "per-step overhead, HF's own fix (static KV cache + torch.compile with CUDA graphs)",
          (("hf_compile", True),), cuda_only=True),
-    Rung("hf-cb", "hf-cb", "HF continuous batching, paged KV", "continuous batching + paged KV (transformers' code)"),
+    Rung("hf-cb", "hf-cb", "HF continuous batching, paged KV (no CUDA graphs)",
+         "continuous batching + paged KV (transformers' code)", (("hf_cb_cuda_graphs", False),)),
     Rung("vllm-eager", "vllm", "vLLM, eager (no CUDA graphs)", "vLLM's scheduler and kernels",
          (("enforce_eager", True),), cuda_only=True),
     Rung("vllm", "vllm", "vLLM served (AsyncLLM), device default", "per-step overhead (CUDA graphs + torch.compile)",
          (("enforce_eager", None),)),
     Rung("vllm-engine", "vllm-engine", "vLLM step loop (LLMEngine.step)",
-         "front end: the step loop instead of AsyncLLM"),
+         "front end: the step loop instead of AsyncLLM", (("enforce_eager", None),)),
     Rung("offline", "offline", "vLLM offline LLM.generate, as many at once as users",
-         "front end: no users, no streaming (ceiling)"),
+         "front end: no users, no streaming (ceiling)", (("enforce_eager", None),)),
 )}
-CPU_ABSENT = {"vllm": "on a CPU vLLM runs eager: there are no CUDA graphs to add"}  # mechanisms a CPU lacks
+CPU_ABSENT = {"vllm": "on a CPU there are no CUDA graphs to add"}  # mechanisms a CPU lacks
+METHOD = ("Rungs form a chain, each adding one mechanism to the rung before, in the order a request meets them: "
+          "how requests are batched (hf -> hf-cb), whose scheduler and kernels run a step (hf-cb -> vllm-eager), "
+          "what a step costs the CPU (vllm-eager -> vllm: CUDA graphs). A factor is the geometric mean over the "
+          "repeats of one rung's tok/s over the rung below in the same repeat, so the chain's factors multiply to "
+          "vllm / hf. A skipped rung merges its step with the next (that factor spans both mechanisms, less any the "
+          "device lacks). Side rungs (hf-compiled, vllm-engine, offline) are set against one chain rung, outside "
+          "the product.")
 
 
 def check_rungs(names) -> tuple[str, ...]:
@@ -83,7 +91,8 @@ def skip_reason(name: str, device: str, asked: tuple[str, ...]) -> str | None:
         return "not asked for (--rungs)"
     if RUNGS[name].cuda_only and device != "cuda":
         return {"hf-compiled": "torch.compile's CUDA graphs need CUDA; on a CPU HF stays eager",
-                "vllm-eager": "on a CPU vLLM always runs eager: this rung would be the vllm rung"}[name]
+                "vllm-eager": "on a CPU the lab runs vLLM eager (its compiled CPU path gave wrong text): this rung "
+                              "would be the vllm rung"}[name]
     return None
 
 

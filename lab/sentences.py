@@ -16,6 +16,13 @@ def times(value: float) -> str:
     return f"{value:.2f}x" + (" (a loss)" if value < 0.995 else "")
 
 
+def factor_words(f: dict) -> str:
+    """A measured factor in words: a loss only when every repeat lost, 'within noise' when the repeats straddle 1."""
+    if f["n"] > 1 and f["low"] <= 1 <= f["high"]:
+        return f"{f['value']:.2f}x (its repeats straddle 1: no measured gain or loss)"
+    return times(f["value"]) if f["n"] == 1 or f["high"] < 1 or f["value"] >= 0.995 else f"{f['value']:.2f}x"
+
+
 def spread_words(f: dict) -> str:
     """'repeats 2.9-3.3x, n=3', or 'one repeat' (no spread to show)."""
     return f"repeats {f['low']:.2f}-{f['high']:.2f}x, n={f['n']}" if f["n"] > 1 else "one repeat: no spread"
@@ -28,7 +35,7 @@ def why_caption(fields: dict) -> str:
         return "Nothing to compare yet: the hf and vllm rungs have not both finished a turn."
     lines = [f"vLLM made {times(total['value'])} HF's output tok/s ({spread_words(total)}, measured) on this "
              f"load: {fields['preset_words']}."]
-    lines += _factor_lines(fields["factors"], fields.get("product"))
+    lines += _factor_lines(fields["factors"], fields.get("product"), fields.get("load", {}).get("users"))
     lines += _load_lines(fields)
     lines += [_side_line(s) for s in fields.get("sides", [])]
     lines += [f"Rung {name} did not run: {r['reason']}." for name, r in fields.get("rungs", {}).items()
@@ -36,51 +43,72 @@ def why_caption(fields: dict) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def _factor_lines(factors: list[dict], product: float | None) -> list[str]:
+def _factor_lines(factors: list[dict], product: float | None, users: int | None) -> list[str]:
     if not factors:
         return []
-    parts = [f"{times(f['value'])} from {f['mechanism']} ({f['lower']} → {f['upper']})" for f in factors]
+    parts = [f"{factor_words(f)} from {_mechanism(f, users)} ({f['lower']} → {f['upper']})" for f in factors]
     lines = ["Step by step: " + "; ".join(parts) + (f" (their product: {product:.2f}x)." if product else ".")]
-    big = largest(factors)
+    clear = [f for f in factors if f["n"] == 1 or not f["low"] <= 1 <= f["high"]]
+    big = largest(clear)
+    if big is None:
+        return lines + ["No step stands out: every step's repeats straddle 1."]
     verb = "cost the most" if big["value"] < 1 else "gave the most"
-    lines.append(f"Of these steps, {big['mechanism']} ({big['lower']} → {big['upper']}) {verb}: "
-                 f"{times(big['value'])}.")
-    unsure = [f for f in factors if f["n"] > 1 and f["low"] <= 1 <= f["high"]]
-    lines += [f"{f['lower']} → {f['upper']} moved across 1 between repeats ({f['low']:.2f}-{f['high']:.2f}x): "
-              f"not a measured gain or loss." for f in unsure]
-    return lines
+    return lines + [f"Of these steps, {_mechanism(big, users)} ({big['lower']} → {big['upper']}) {verb}: "
+                    f"{factor_words(big)}."]
+
+
+def _mechanism(f: dict, users: int | None) -> str:
+    """A step's mechanism; at one user a batching step is named for what it can hold there (one request a step)."""
+    if users == 1 and f["lower"] == "hf" and f["upper"] == "hf-cb":
+        return "the two HF loops' cost per step (at 1 user nothing is batched)"
+    return f["mechanism"]
 
 
 def _load_lines(fields: dict) -> list[str]:
     """What the load could and could not hold, with the per-step times or the memory cap behind it."""
     rungs, lines = fields.get("rungs", {}), []
     if fields.get("load", {}).get("users") == 1:
-        steps = {n: r["tpot_ms_median"] for n, r in rungs.items() if r.get("tpot_ms_median")}
-        if "hf" in steps and "vllm" in steps:
-            lines.append(f"At 1 user every step makes one token, so no batching or paging can act: a step took "
-                         f"{steps['hf']:.1f} ms in HF and {steps['vllm']:.1f} ms in vLLM (median time per output "
-                         f"token, measured); the ratio here is the cost of a step.")
+        lines += _step_lines(rungs, fields.get("total"))
     budget = fields.get("budget")
     if budget:
-        peaks = [p for p in rungs.get("vllm", {}).get("peak_running", []) if p is not None]
         line = (f"HF's batch was capped at {budget['hf_cap']} requests: {budget['tokens']:,} KV tokens over "
                 f"{budget['longest_request']} tokens reserved for its longest request (computed)")
-        if peaks:
-            more = "more than" if max(peaks) > budget["hf_cap"] else "no more than"
-            line += f"; vLLM ran up to {max(peaks)} at once in the same tokens (measured), {more} HF's cap"
+        for name, label in (("vllm", "vLLM"), ("hf-cb", "HF-CB")):
+            peaks = [p for p in rungs.get(name, {}).get("peak_running", []) if p is not None]
+            if peaks:
+                more = "more than" if max(peaks) > budget["hf_cap"] else "no more than"
+                line += f"; {label} ran up to {max(peaks)} at once in the same tokens (measured), {more} HF's cap"
         lines.append(line + ".")
     return lines
 
 
+def _step_lines(rungs: dict, total: dict | None) -> list[str]:
+    """At one user: each engine's time per output token, and how much of the ratio it accounts for."""
+    hf, vllm = (rungs.get(n, {}).get("tpot_ms_median") for n in ("hf", "vllm"))
+    if not hf or not vllm or not total:
+        return []
+    steps = hf / vllm
+    line = (f"At 1 user each step makes one token: a step took {hf:.1f} ms in HF and {vllm:.1f} ms in vLLM (median "
+            f"time per output token, measured), {steps:.2f}x")
+    if abs(steps / total["value"] - 1) <= 0.15:
+        return [line + f", close to the {total['value']:.2f}x ratio: here the ratio is mostly the cost of a step."]
+    return [line + f" against the {total['value']:.2f}x ratio: the rest is each request's first token (its prefill) "
+                   f"and the gaps between requests."]
+
+
 def _side_line(side: dict) -> str:
     """A side rung against its chain rung."""
-    value, pair = times(side["value"]), f"({side['upper']} / {side['lower']}, {spread_words(side)})"
+    value, pair = factor_words(side), f"({side['upper']} / {side['lower']}, {spread_words(side)})"
     if side["upper"] == "hf-compiled":
         return f"HF's own fix for per-step overhead, a static cache with torch.compile, gave HF {value} {pair}."
     if side["upper"] == "offline":
-        return (f"vLLM offline (LLM.generate, every request queued at once, as many running as there are users) "
-                f"made {value} the served vLLM's tok/s {pair}: the ceiling, and what the lab's users and streaming "
-                f"cost.")
+        said = f"vLLM offline (LLM.generate, as many requests running as there are users) made {value} the served " \
+               f"vLLM's tok/s {pair}"
+        if side["n"] > 1 and side["low"] <= 1 <= side["high"]:
+            return said + ": the lab's users and streaming cost nothing measurable here."
+        if side["value"] > 1:
+            return said + ": the ceiling, and what the lab's users and streaming cost."
+        return said + ": served vLLM beat offline here."
     return f"{side['mechanism'][:1].upper()}{side['mechanism'][1:]}: {value} {pair}."
 
 

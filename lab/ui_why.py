@@ -23,10 +23,12 @@ from lab.ui_timer import redraw_on_change
 
 NO_LADDER = "No ladder yet: choose a preset and press **Run**."
 INTRO = ("The lab holds every contender, so it can take its own ratio apart. Each rung changes one mechanism and "
-         "runs the same seeded requests; the rungs take turns, repeat after repeat. A step's factor is its rung's "
-         "tok/s over the rung below, and the chain's steps multiply to vLLM / HF. Side rungs (HF compiled, vLLM's "
-         "step loop, offline vLLM) are set against one chain rung, outside the product. Rungs a device cannot run "
-         "are skipped with the reason; the sentences under the figure are computed from the run.")
+         "runs the same seeded requests; the rungs take turns, repeat after repeat. The chain follows what a request "
+         "meets: how requests are batched (hf → hf-cb), whose scheduler and kernels run a step (→ vllm-eager), what "
+         "a step costs the CPU (→ vllm: CUDA graphs). A step's factor is its rung's tok/s over the rung below, and "
+         "the chain's steps multiply to vLLM / HF. Side rungs (HF compiled, vLLM's step loop, offline vLLM) are set "
+         "against one chain rung, outside the product. A rung the device cannot run is skipped with the reason and "
+         "its step merges with the next. The sentences under the figure are computed from the run.")
 
 
 # -- pure helpers ------------------------------------------------------------------------------------

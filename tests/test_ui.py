@@ -551,7 +551,9 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     page.wait_for_selector("#why-run:enabled", timeout=20_000)
     run_ladder(page, 5, "hf,vllm")
     wait_text(page, "#why-message", "started", 30)
+    deadline = time.monotonic() + 240
     while not (host.experiment and host.experiment.experiment == "why" and len(host.experiment.rows) >= 2):
+        assert time.monotonic() < deadline and not host.experiment.error, host.experiment.message
         time.sleep(0.2)
     page.click("#why-cancel")
     wait_text(page, "#why-progress", "cancelled", 60)

@@ -119,6 +119,7 @@ class HFEngine:
         self._thread: threading.Thread | None = None
         self._fault: str | None = None  # the last batch's failure since reset, in words
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._cache = None  # hf_compile's static KV cache, made at the first batch
         self.info: EngineInfo | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -295,14 +296,18 @@ class HFEngine:
                 self._push(slot, _END)
 
     def _static_cache(self) -> dict:
-        """hf_compile: a static KV cache of max_model_len tokens per row, which generate() compiles its decode step
-        for on CUDA (torch.compile, mode reduce-overhead: CUDA graphs); rows are padded to hf_max_batch_size, so
-        one batch shape is compiled once. Otherwise nothing: generate()'s dynamic cache."""
+        """hf_compile: one static KV cache of max_model_len tokens per row, reset between batches, which generate()
+        compiles its decode step for on CUDA (torch.compile, mode reduce-overhead: CUDA graphs); rows are padded to
+        hf_max_batch_size, so one batch shape is compiled once. Otherwise nothing: generate()'s dynamic cache."""
         if not self.config.hf_compile:
             return {}
-        from transformers import StaticCache
+        if self._cache is None:  # one cache for every batch: CUDA graphs replay on its fixed addresses
+            from transformers import StaticCache
 
-        return {"past_key_values": StaticCache(config=self.model.config, max_cache_len=self.config.max_model_len)}
+            self._cache = StaticCache(config=self.model.config, max_cache_len=self.config.max_model_len)
+        else:
+            self._cache.reset()
+        return {"past_key_values": self._cache}
 
     def _on_step(self, batch: _Batch, last_tokens: list[int]) -> list[bool]:
         now = time.perf_counter()

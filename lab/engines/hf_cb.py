@@ -42,10 +42,15 @@ def page_field(config_class) -> str:
     return "page_size" if "page_size" in inspect.signature(config_class).parameters else "block_size"
 
 
+def page_size(config: EngineConfig) -> int:
+    """Tokens per page: the config's hf_cb_page_size, else transformers' default."""
+    return config.hf_cb_page_size or PAGE_SIZE
+
+
 def pool_blocks(config: EngineConfig, per_token: int) -> int | None:
-    """Blocks of PAGE_SIZE tokens the budget holds (None: transformers' own sizing)."""
+    """Pages the budget holds (None: transformers' own sizing)."""
     budget = kv_budget_bytes(config)
-    return None if budget is None else max(1, budget // (PAGE_SIZE * per_token))
+    return None if budget is None else max(1, budget // (page_size(config) * per_token))
 
 
 class HFCBEngine:
@@ -79,11 +84,11 @@ class HFCBEngine:
         self.tokenizer, model = loaded.tokenizer, loaded.model
         per_token = kv_bytes_per_token(model.config, self.config.resolved_dtype())
         budget = kv_budget_bytes(self.config)
-        settings = {page_field(ContinuousBatchingConfig): PAGE_SIZE, "allow_block_sharing": False,
+        settings = {page_field(ContinuousBatchingConfig): page_size(self.config), "allow_block_sharing": False,
                     "max_batch_tokens": BATCH_TOKENS}
         if budget is not None:
             settings["num_blocks"] = pool_blocks(self.config, per_token)
-        if loaded.device == "cuda":
+        if loaded.device == "cuda" and self.config.hf_cb_cuda_graphs:
             settings["use_cuda_graph"] = True  # measured on an H100: 1,596 vs 673-757 tok/s at 64 requests
         generation = GenerationConfig(do_sample=False, max_new_tokens=self.config.max_model_len,
                                       eos_token_id=model.generation_config.eos_token_id,
@@ -98,14 +103,14 @@ class HFCBEngine:
                 "kv_cache_bytes": budget if budget is not None else "transformers' own (share of free memory)"}
         memory = sum(p.numel() * p.element_size() for p in model.parameters())
         return EngineInfo(name=self.name, args=args, kv_bytes_per_token=per_token, memory_bytes=memory,
-                          kv_block_size=PAGE_SIZE, kv_total_blocks=settings.get("num_blocks"),
+                          kv_block_size=page_size(self.config), kv_total_blocks=settings.get("num_blocks"),
                           attention=f"paged ({loaded.attention})")
 
     def _capture_graphs(self, device: str) -> bool:
         """Capture the CUDA graphs at their largest sizes now, as transformers' generate_batch does, rather than
         in the first measured levels (its manager's warmup(); a transformers without one captures them as it goes)."""
         warmup = getattr(self._manager, "warmup", None)
-        if device != "cuda" or not WARM_UP_GRAPHS or warmup is None:
+        if device != "cuda" or not WARM_UP_GRAPHS or warmup is None or not self.config.hf_cb_cuda_graphs:
             return False
         warmup()
         return True
@@ -199,5 +204,5 @@ class HFCBEngine:
         return EngineSample(
             engine=self.name, time_s=time.perf_counter(), running=len(scheduler.active_requests),
             waiting=len(scheduler.waiting_requests), kv_usage=None if free is None else 1.0 - free(),
-            kv_total_blocks=cache.num_blocks, kv_block_size=PAGE_SIZE,
+            kv_total_blocks=cache.num_blocks, kv_block_size=page_size(self.config),
         )

@@ -21,7 +21,7 @@ class OfflineVLLM:
     name = "offline"
 
     def __init__(self, config: EngineConfig, model_path: str):
-        self.config, self.model_path, self.llm = config, model_path, None
+        self.config, self.model_path, self.llm, self.args = config, model_path, None, {}
 
     async def start(self) -> dict:
         """Start vLLM's LLM (its engine core in a process of its own); returns its engine args."""
@@ -33,7 +33,9 @@ class OfflineVLLM:
         from vllm import LLM
 
         self.llm = await asyncio.to_thread(LLM, **kwargs)
-        return {k: v for k, v in kwargs.items() if k != "model"} | {"batching": "offline LLM.generate, all at once"}
+        self.args = {k: v for k, v in kwargs.items() if k != "model"} | {
+            "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running"}
+        return self.args
 
     async def generate(self, requests: list[GenRequest]) -> tuple[int, float]:
         """Run every request at once, greedy, exact lengths: (output tokens, seconds)."""

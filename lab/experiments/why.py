@@ -13,18 +13,21 @@ favours none. A preset chooses a load that holds the mechanism it is named for:
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import time
 from dataclasses import dataclass
 
 from lab.config import MAX_REPEATS, VLLM_ENGINES, LoadConfig
 from lab.engines import create_engine
-from lab.ladder import RUNGS, check_rungs, decompose, skip_reason
+from lab.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
 from lab.load.driver import run_users
 from lab.load.workloads import longest_request, make_requests
 from lab.metrics import summarize
 from lab.metrics.kv import blocks_for
+from lab.session import through_cancel
 
+log = logging.getLogger(__name__)
 ENGINES = ("hf", "vllm")  # what the session should hold; the other rungs start here
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: the next rung waits it out
 COMPILE_BOUND_S = 300.0  # hf-compiled's warm-up (its compiles) may take this long; past it the rung is dropped
@@ -44,8 +47,8 @@ class Load:
 
 PRESETS = {
     "overhead": {"cpu": Load(1, 3, "equal", 32), "cuda": Load(1, 4, "equal", 128)},
-    "spread": {"cpu": Load(4, 4, "spread"), "cuda": Load(64, 4, "mixed")},
-    "memory": {"cpu": Load(8, 2, "spread", hf_cap=3), "cuda": Load(64, 2, "mixed", hf_cap=16)},
+    "spread": {"cpu": Load(4, 4, "spread"), "cuda": Load(64, 4, "spread")},
+    "memory": {"cpu": Load(8, 2, "spread", hf_cap=3), "cuda": Load(64, 2, "spread", hf_cap=16)},
 }
 PRESET_WORDS = {
     "overhead": "1 user, short prompts: no batching or paging can act, so what differs is what one step costs",
@@ -108,8 +111,12 @@ def budget(params: Params, config, per_token: int) -> dict:
 
 
 def preset_config(params: Params, config, per_token: int):
-    """The session's config with the preset's shared settings (the memory preset's budget)."""
-    return config.with_overrides(**budget(params, config, per_token).get("overrides", {}))
+    """The session's config with the preset's shared settings: the memory preset's budget (HF-CB in vLLM's block
+    size), else an HF batch as wide as the load's users (a narrower cap would be a width limit, not batching)."""
+    shared = budget(params, config, per_token).get("overrides")
+    if shared:
+        return config.with_overrides(**shared, hf_cb_page_size=shared["block_size"])
+    return config.with_overrides(hf_max_batch_size=max(config.hf_max_batch_size, params.load(config).users))
 
 
 async def run(session, params: Params, result, notify) -> None:
@@ -120,14 +127,16 @@ async def run(session, params: Params, result, notify) -> None:
     config = preset_config(params, session.config, per_token)
     load = params.load(config)
     result.fields.update(_head(params, device, load, budget(params, session.config, per_token)))
+    result.fields["method"] = METHOD
     requests = make_requests(session.tokenizer, load.workload, load.users * load.requests_per_user, 11,
                              load.output_len, prefix="why")
     rungs, kept = {}, getattr(session, "ladder_pool", None)  # a caller's pool keeps rung engines for its next ladder
     pool = {} if kept is None else kept
     try:
         await _start_rungs(session, params, config, device, rungs, pool, result, notify)
-        for repeat in range(params.repeats):
-            for name, engine in list(rungs.items()):
+        for repeat in range(params.repeats):  # odd repeats run backwards: drift favours no rung
+            turns = list(rungs.items()) if repeat % 2 == 0 else list(rungs.items())[::-1]
+            for name, engine in turns:
                 await _turn(name, engine, requests, load.users, repeat, params, result, notify, device)
         result.message = "done"
     finally:
@@ -136,9 +145,12 @@ async def run(session, params: Params, result, notify) -> None:
 
 
 async def stop_pool(pool: dict) -> None:
-    """Stop the rung engines a ladder started (vLLM's first: their processes)."""
+    """Stop the rung engines a ladder started (each one, whatever another's stop raised)."""
     for engine in reversed(list(pool.values())):
-        await engine.stop()
+        try:
+            await engine.stop()
+        except Exception:
+            log.exception("stopping rung engine %s failed", engine.name)
     pool.clear()
 
 
@@ -168,14 +180,16 @@ async def _start_rungs(session, params, config, device, rungs, pool, result, not
         if reason:
             continue
         rung_config = config.with_overrides(**dict(RUNGS[name].overrides))
-        rung_config = _as_wide_as_the_load(name, rung_config, result.fields["load"]["users"])
+        rung_config = _as_wide_as_the_load(name, rung_config, params.load(config))
+        rung_config = _beside_the_others(rung_config, RUNGS[name].engine, session.check.model_path)
         result.message = f"starting rung {name} ({RUNGS[name].label})"
         notify(result)
         engine = _reuse(session, RUNGS[name].engine, rung_config) or pool.get((name, rung_config))
         began = time.perf_counter()
         if engine is None:
             engine = pool[(name, rung_config)] = _create(name, rung_config, session.check.model_path)
-            entry["args"] = await engine.start()
+            await engine.start()
+        entry["args"] = engine.args if name == "offline" else engine.info.args
         entry["start_s"] = round(time.perf_counter() - began, 2)
         await _warm(name, engine, session.tokenizer, result, entry)
         if entry["status"] == "starting":
@@ -184,19 +198,38 @@ async def _start_rungs(session, params, config, device, rungs, pool, result, not
     result.fields["rungs"] = {n: result.fields["rungs"][n] for n in RUNGS}  # ladder order, whatever the start order
 
 
-def _as_wide_as_the_load(name: str, config, users: int):
-    """hf-compiled: one compiled batch shape, no wider than the load; offline: at most ``users`` requests in a
-    step, as the closed-loop rungs have (all at once, vLLM refills a finished one's place from its queue)."""
+def _as_wide_as_the_load(name: str, config, load: Load):
+    """hf-compiled: one compiled batch shape no wider than the load, its static cache as long as the load's longest
+    request (attention over unused slots would be a cost of the cache's size, not of compiling); offline: at most
+    ``users`` requests in a step, as the closed-loop rungs have (vLLM refills a finished one's place from its queue)."""
     if name == "hf-compiled":
-        return config.with_overrides(hf_max_batch_size=min(config.hf_max_batch_size, users))
+        longest = -(-sum(longest_request(load.workload, load.output_len)) // 16) * 16
+        return config.with_overrides(hf_max_batch_size=min(config.hf_max_batch_size, load.users),
+                                     max_model_len=min(config.max_model_len, longest))
     if name == "offline":
-        return config.with_overrides(max_num_seqs=min(config.max_num_seqs, users))
+        return config.with_overrides(max_num_seqs=min(config.max_num_seqs, load.users))
     return config
+
+
+def _beside_the_others(config, engine: str, model_path: str):
+    """A vLLM rung on CUDA with a set KV budget asks for the share of the card it takes (weights + pool + 3 GiB of
+    activations and graphs), not gpu_memory_utilization's: vLLM refuses to start unless that share is free, and
+    the ladder holds several vLLMs and HF models on one card at once."""
+    if engine not in (*VLLM_ENGINES, "offline") or config.resolved_device() != "cuda" or config.kv_cache_gib is None:
+        return config
+    from lab.environment import read_device
+    from lab.model import weights_bytes
+
+    need = (weights_bytes(model_path, config.resolved_dtype()) or 0) + (config.kv_cache_gib + 3) * 1024**3
+    share = round(min(config.gpu_memory_utilization, need / read_device("cuda").total_bytes + 0.01), 3)
+    return config.with_overrides(gpu_memory_utilization=share)
 
 
 def _reuse(session, engine_name: str, config):
     """The session's engine of that name when it runs these very settings, else None."""
-    if engine_name in session.engines and session.configs.get(engine_name) == config:
+    mine = session.configs.get(engine_name)
+    if engine_name in session.engines and mine is not None and mine == config.with_overrides(
+            gpu_memory_utilization=mine.gpu_memory_utilization):  # the share asked for at start is no setting
         return session.engines[engine_name]
     return None
 
@@ -231,9 +264,11 @@ async def _turn(name, engine, requests, users, repeat, params, result, notify, d
     entry = result.fields["rungs"][name]
     result.message = f"repeat {repeat + 1} of {params.repeats}: {name} ({entry['label']})"
     notify(result)
-    if name == "offline":
-        tokens, seconds = await engine.generate(requests)
-        tok_s, tpot, peak = tokens / seconds, None, len(requests)
+    if name == "offline":  # LLM.generate cannot be interrupted: a cancel waits for it, then stops the ladder
+        (tokens, seconds), cancelled = await through_cancel(engine.generate(requests))
+        if cancelled:
+            raise asyncio.CancelledError
+        tok_s, tpot, peak = tokens / seconds, None, None  # LLM.generate reports no running count
     else:
         await engine.reset()
         engine.drain_samples()
@@ -261,7 +296,9 @@ def fill(session, result) -> None:
     from lab.sentences import why_caption
 
     fields = result.fields
-    tok_s = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
+    ran = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
+    whole = min(map(len, ran.values()), default=0)  # the repeats every rung finished: a cut one is left out
+    tok_s = {n: v[:whole] for n, v in ran.items()}
     fields.update(decompose(tok_s, fields.get("device_kind", "cpu")))
     for entry in fields.get("rungs", {}).values():
         done = [v for v in entry["tpot_ms"] if v is not None]
