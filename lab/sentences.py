@@ -8,7 +8,7 @@ notebook 07 print these same sentences.
 
 from __future__ import annotations
 
-from lab.ladder import largest
+from lab.ladder import RUNGS, largest
 
 
 def times(value: float) -> str:
@@ -58,10 +58,14 @@ def _factor_lines(factors: list[dict], product: float | None, users: int | None)
 
 
 def _mechanism(f: dict, users: int | None) -> str:
-    """A step's mechanism; at one user a batching step is named for what it can hold there (one request a step)."""
-    if users == 1 and f["lower"] == "hf" and f["upper"] == "hf-cb":
+    """A step's mechanism; at one user batching is named for what it can hold there (one request a step)."""
+    batching = RUNGS["hf-cb"].mechanism
+    if users != 1 or batching not in f["mechanism"]:
+        return f["mechanism"]
+    rest = f["mechanism"].replace(f"{batching} + ", "")
+    if rest == batching:
         return "the two HF loops' cost per step (at 1 user nothing is batched)"
-    return f["mechanism"]
+    return f"{rest} (at 1 user nothing is batched)"
 
 
 def _load_lines(fields: dict) -> list[str]:

@@ -69,6 +69,8 @@ def test_the_caption_follows_the_measured_signs_and_premises():
     assert "ran up to 8 at once in the same tokens (measured), more than HF's cap" in more
     assert "ran up to 3 at once in the same tokens (measured), no more than HF's cap" in same
     assert why_caption({"total": None}).startswith("Nothing to compare yet")
+    merged = why_caption(fields({"hf": [30, 36], "vllm-eager": [56, 42], "vllm": [155, 155]}, "cuda", users=1))
+    assert "from vLLM's scheduler and kernels (at 1 user nothing is batched) (hf → vllm-eager)" in merged
 
 
 @pytest.mark.parametrize("values, words", [
