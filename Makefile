@@ -1,5 +1,5 @@
 # The two commands of the README: `make demo` (set up + start the app), `make test` (set up, lint, tests).
-.PHONY: setup setup-dev demo lint test
+.PHONY: setup setup-dev demo notebooks lint test
 
 setup:
 	bash scripts/setup.sh
@@ -9,6 +9,11 @@ setup-dev:
 
 demo: setup
 	.venv/bin/python app.py $(ARGS)
+
+# Jupyter joins .venv on first use (kept to the verified CPU stack's pins there), then opens the guided notebooks.
+notebooks: setup
+	@[ -x .venv/bin/jupyter ] || .venv/bin/pip install -q jupyterlab $$(command -v nvidia-smi >/dev/null || echo -c constraints-cpu.txt)
+	.venv/bin/jupyter lab notebooks/ $(ARGS)
 
 lint: setup-dev
 	.venv/bin/ruff check .

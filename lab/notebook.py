@@ -42,9 +42,34 @@ def against(prediction, measured: float, unit: str = "") -> str:
     return f"You predicted **{prediction}{unit}**; measured: **{shown}**."
 
 
+QUIET_ENV = {  # set before the engines load; their processes inherit it
+    "VLLM_LOGGING_LEVEL": "ERROR",  # vLLM's INFO and WARNING lines (start-up, "force killing" at stop)
+    "TORCH_CPP_LOG_LEVEL": "ERROR",  # torch's C++ warnings (NUMA binding)
+    "PYTHONWARNINGS": "ignore",  # FutureWarnings of the engine processes
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+}
+
+
+def quiet_engines() -> None:
+    """Keep the engines' log lines and warnings out of a learner's cells (errors still show); the app and the CLI
+    keep their logs."""
+    import os
+    import warnings
+
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) -> LabSession:
     """Load the embedded model on ``engines`` with the lab's defaults plus ``overrides`` (EngineConfig's
-    fields); with two engines the agreement check runs too (``session.agreement``)."""
+    fields), the engines' log lines kept out of the cells; with two engines the agreement check runs too
+    (``session.agreement``)."""
+    quiet_engines()
     session = LabSession(EngineConfig(**overrides), engines)
     await session.start()
     return session

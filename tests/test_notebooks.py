@@ -60,8 +60,10 @@ def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_and_every_answer_is_computed(path):
+def test_notebook_runs_and_every_answer_is_computed(path, capfd):
     namespace, answers = run_notebook(path)
+    shown = "".join(capfd.readouterr())  # what the cells and the engines' processes printed
+    assert not [line for line in shown.splitlines() if "WARNING" in line or "force killing" in line], shown[-2000:]
     assert answers and all(isinstance(a, Answer) for a in answers), answers
     for a in answers:
         assert "nan" not in str(a).lower().split() and any(ch.isdigit() for ch in str(a)), str(a)
