@@ -43,9 +43,11 @@ from lab.config import (
     EngineConfig,
     LoadConfig,
     RunPlan,
+    decimal,
     parse_endpoint,
     parse_slo,
     parse_users,
+    whole,
 )
 from lab.experiments import EXPERIMENTS
 from lab.ladder import RUNGS
@@ -57,6 +59,23 @@ from lab.sweeps import KNOBS
 log = logging.getLogger("lab")
 
 
+def whole_arg(text: str) -> int:
+    """argparse's type for whole-number options: lab.config's rule (the page's too), so '1.5', '' and '１' are
+    refused by name (exit 2) instead of rounded or read as another script's digits."""
+    try:
+        return whole(text, "option")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a whole number, not {text!r}") from None
+
+
+def number_arg(text: str) -> float:
+    """argparse's type for decimal options: lab.config's rule ('nan', 'inf' and text refused by name, exit 2)."""
+    try:
+        return decimal(text, "option")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give a finite number, not {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's parser: bench, setup-model and env."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
@@ -64,26 +83,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
     bench.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
                        help="comma list of hf,vllm,hf-cb,vllm-engine; openai (with --base-url) or endpoint names")
-    bench.add_argument("--rate", type=float, default=None,
+    bench.add_argument("--rate", type=number_arg, default=None,
                        help="open loop: requests per second, sent on schedule; --users is then the cap in flight")
     bench.add_argument("--arrival", default="poisson", choices=("poisson", "constant", "gamma"),
                        help="open loop's arrival process (gamma: set --burstiness)")
-    bench.add_argument("--burstiness", type=float, default=1.0, help="gamma shape: < 1 bursty, 1 Poisson, > 1 even")
+    bench.add_argument("--burstiness", type=number_arg, default=1.0,
+                       help="gamma shape: < 1 bursty, 1 Poisson, > 1 even")
     bench.add_argument("--slo", default="", help="latency targets for goodput, e.g. ttft=0.5,tpot=0.05 (seconds)")
     bench.add_argument("--users", default="1,5,10,20", help="concurrent-user levels, e.g. 1,5,10,20")
     bench.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
     bound = bench.add_mutually_exclusive_group()
-    bound.add_argument("--requests-per-user", type=int, default=None, help="measured requests per user (default 2)")
-    bound.add_argument("--duration", type=float, default=None, help="seconds per level instead of a count")
-    bench.add_argument("--output-len", type=int, default=None, help="force every output length")
+    bound.add_argument("--requests-per-user", type=whole_arg, default=None,
+                       help="measured requests per user (default 2)")
+    bound.add_argument("--duration", type=number_arg, default=None, help="seconds per level instead of a count")
+    bench.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
     bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
-    bench.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up requests per engine")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--repeats", type=int, default=1,
+    bench.add_argument("--warmup", type=whole_arg, default=2, help="unmeasured warm-up requests per engine")
+    bench.add_argument("--seed", type=whole_arg, default=0)
+    bench.add_argument("--repeats", type=whole_arg, default=1,
                        help=f"run each level this many times per engine and report the spread (1-{MAX_REPEATS})")
-    bench.add_argument("--max-users", type=int, default=MAX_USERS,
+    bench.add_argument("--max-users", type=whole_arg, default=MAX_USERS,
                        help=f"refuse levels past this many users (default {MAX_USERS})")
-    bench.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+    bench.add_argument("--max-requests", type=whole_arg, default=MAX_REQUESTS,
                        help=f"refuse levels past this many requests (default {MAX_REQUESTS})")
     bench.add_argument("--out", default="results/latest", help="folder for summary.json and requests.csv")
     add_engine_args(bench)
@@ -103,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--preset", default="overhead",
                          help="overhead, spread or memory: the load the rungs share (a comma list runs each in turn, "
                               "the rung engines kept loaded, into DIR/PRESET/)")
-    explain.add_argument("--repeats", type=int, default=3, help=f"turns of every rung, interleaved (1-{MAX_REPEATS})")
+    explain.add_argument("--repeats", type=whole_arg, default=3,
+                         help=f"turns of every rung, interleaved (1-{MAX_REPEATS})")
     explain.add_argument("--rungs", default=",".join(RUNGS), help="comma list of rungs (hf and vllm at least)")
     explain.add_argument("--out", default="results/explain", help="folder for explain.json and explain.csv")
     add_engine_args(explain)
@@ -112,14 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--values", required=True, help="comma list, e.g. 1,4,16,64")
     sweep.add_argument("--users", default="5", help="concurrent-user levels run at every value")
     sweep.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
-    sweep.add_argument("--requests-per-user", type=int, default=2)
-    sweep.add_argument("--output-len", type=int, default=None, help="force every output length")
+    sweep.add_argument("--requests-per-user", type=whole_arg, default=2)
+    sweep.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
     sweep.add_argument("--out", default=None, help="folder for sweep.json and sweep.csv (default results/sweep-KNOB)")
     add_engine_args(sweep)
     serve = sub.add_parser("serve", help="serve the model over OpenAI's API (vLLM's or transformers' server)")
     serve.add_argument("--engine", default="vllm", choices=("vllm", "hf"),
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
-    serve.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free one)")
+    serve.add_argument("--port", type=whole_arg, default=8000, help="port on 127.0.0.1 (0: any free one)")
     add_engine_args(serve)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
@@ -135,14 +157,14 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
                         help="auto: bfloat16, or float32 on a CPU without native bf16 (AVX512_BF16 or AMX)")
-    parser.add_argument("--max-model-len", type=int, default=2048)
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+    parser.add_argument("--max-model-len", type=whole_arg, default=2048)
+    parser.add_argument("--gpu-memory-utilization", type=number_arg, default=0.5,
                         help="vLLM's share of the GPU's TOTAL memory (not of free memory)")
-    parser.add_argument("--kv-cache-gib", type=float, default=None,
+    parser.add_argument("--kv-cache-gib", type=number_arg, default=None,
                         help="vLLM KV budget (CPU default 0.25, 0.5 in float32)")
-    parser.add_argument("--block-size", type=int, default=None, help="vLLM KV block size in tokens")
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--hf-max-batch-size", type=int, default=32)
+    parser.add_argument("--block-size", type=whole_arg, default=None, help="vLLM KV block size in tokens")
+    parser.add_argument("--max-num-seqs", type=whole_arg, default=256)
+    parser.add_argument("--hf-max-batch-size", type=whole_arg, default=32)
     parser.add_argument("--enforce-eager", action="store_true", default=None,
                         help="vLLM without CUDA graphs / compile (always on for CPU)")
     parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
@@ -516,6 +538,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from lab.serve import start_server, stop
 
     config = engine_config_from(args)
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be from 0 (any free one) to 65535, not {args.port}")
     if args.engine == "vllm":
         config.check_block_size()
     key = args.api_key or (os.environ.get(API_KEY_ENV) if args.engine == "vllm" else None)

@@ -27,6 +27,11 @@ MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
 MAX_RATE = 10_000.0  # requests per second an open-loop level may ask for
 SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metrics defines each)
 MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
+MAX_LEVEL_S = 3600.0  # seconds one time-bounded level may last: an hour per level, engine and repeat is already
+#                       a long sitting on a 2-core CPU; past it a typo (100000 for 100) would hold the lab for days
+MAX_BATCH = MAX_USERS  # HF's static batch cap: a batch wider than the most users a level may have never fills
+WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: '１' or '٣' is text, not a number someone meant to type
+DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,9 @@ class Endpoint:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"endpoint URL {self.base_url!r} must start with http:// or https://")
         if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
-            raise ValueError("endpoint URL: put no user or password in it (results store the URL); use --api-key")
+            raise ValueError("endpoint URL: put no user or password in it (results store the URL); give the key "
+                             "in the API key field (--api-key on the CLI)")
+        object.__setattr__(self, "base_url", server_url(self.base_url))
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", self.name) or self.name in ENGINE_NAMES:
             raise ValueError(f"endpoint name {self.name!r}: use up to 32 lower-case letters, digits, '-', '_' or "
                              f"'.', other than the in-process engines ({', '.join(ENGINE_NAMES)})")
@@ -61,6 +68,12 @@ class Endpoint:
     def public(self) -> dict:
         """What results may store about it (never the key)."""
         return {"name": self.name, "base_url": self.base_url, "model": self.model}
+
+
+def server_url(url: str) -> str:
+    """The server's root: 'http://h:8000/v1/' and 'http://h:8000/v1' (the OpenAI SDK's form) are 'http://h:8000'."""
+    url = url.strip().rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def parse_endpoint(text: str, model: str | None = None, api_key: str | None = None) -> Endpoint:
@@ -170,6 +183,9 @@ class EngineConfig:
         for name in ("max_num_seqs", "hf_max_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.hf_max_batch_size > MAX_BATCH:
+            raise ValueError(f"hf_max_batch_size {self.hf_max_batch_size} is past the limit of {MAX_BATCH}: a level "
+                             f"has at most {MAX_USERS} users, so a wider batch never fills; use at most {MAX_BATCH}")
         if self.hf_threads is not None and self.hf_threads < 1:
             raise ValueError(f"hf_threads must be at least 1, not {self.hf_threads}")
 
@@ -285,12 +301,12 @@ class LoadConfig:
             raise ValueError("set exactly one of requests_per_user and duration_s")
         if self.requests_per_user is not None and self.requests_per_user < 1:
             raise ValueError(f"requests_per_user must be at least 1, not {self.requests_per_user}")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise ValueError(f"duration_s must be positive, not {self.duration_s}")
+        self.check_duration()
         if self.output_len is not None and self.output_len < 1:
             raise ValueError(f"output_len must be at least 1 token, not {self.output_len}")
-        if self.warmup_requests < 0:
-            raise ValueError("warmup_requests must be >= 0")
+        if not 0 <= self.warmup_requests <= self.max_requests:
+            raise ValueError(f"warmup_requests must be from 0 to {self.max_requests} (the most a level may measure), "
+                             f"not {self.warmup_requests}")
         if self.rate is not None and self.duration_s is not None and self.rate * self.duration_s > self.max_requests:
             raise ValueError(f"rate {self.rate:g}/s for {self.duration_s:g} s = {self.rate * self.duration_s:.0f} "
                              f"requests, past the limit of {self.max_requests} per level (`--max-requests` raises it)")
@@ -312,6 +328,18 @@ class LoadConfig:
                 raise ValueError(f"slo: unknown metric {name!r}; use {', '.join(SLO_METRICS)} (seconds)")
             if limit <= 0:
                 raise ValueError(f"slo: {name} must be a positive number of seconds, not {limit}")
+
+    def check_duration(self) -> None:
+        """Seconds per level: above 0 and at most MAX_LEVEL_S (an hour), the estimate named in the refusal."""
+        if self.duration_s is None:
+            return
+        limit = f"duration_s (seconds per level, --duration) must be above 0 and at most {MAX_LEVEL_S:g} (an hour)"
+        if not self.duration_s > 0:
+            raise ValueError(f"{limit}, not {self.duration_s:g}")
+        if self.duration_s > MAX_LEVEL_S:
+            total = duration_words(self.duration_s * len(self.users) * self.repeats)
+            raise ValueError(f"{limit}, not {self.duration_s:g} (about {total} per engine): give fewer seconds, "
+                             f"or bound each level by requests per user")
 
     def check_bounds(self) -> None:
         """The work a level may ask for: at most max_users users and max_requests requests."""
@@ -375,16 +403,86 @@ def parse_users(text: str) -> tuple[int, ...]:
     parts = [p for p in text.replace(",", " ").split() if p]
     if not parts:
         raise ValueError("users: give at least one user level, e.g. 1,5,10,20")
-    levels = []
-    for part in parts:
-        try:
-            levels.append(int(part))
-        except ValueError:
-            raise ValueError(f"users: {part!r} is not a whole number") from None
+    levels = [whole_or_none(part) for part in parts]
+    text_parts = [part for part, level in zip(parts, levels, strict=True) if level is None]
+    if text_parts:
+        raise ValueError(f"users: {text_parts[0]!r} is not a whole number")
     bad = [u for u in levels if u < 1]
     if bad:
         raise ValueError(f"users: every level must be >= 1, got {bad}")
     return tuple(levels)
+
+
+def whole(value, name: str, low: int | None = None, high: int | None = None) -> int:
+    """A whole number from a form, the API or the CLI: 2, 2.0 and '2' pass; empty, 1.5, 'x' or '１' are refused.
+
+    Args:
+        value: What was typed (a str, an int or a float; None or '' is empty).
+        name: The field's name as the user sees it, first in every message.
+        low, high: Bounds (inclusive), named in the message when passed.
+
+    Raises:
+        ValueError: naming the field, the value and what to give instead.
+    """
+    number = whole_or_none(value)
+    if number is None:
+        raise ValueError(f"{name}: give a whole number{_range(low, high)}, not {_shown(value)}")
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise ValueError(f"{name}: give a whole number{_range(low, high)}, not {number}")
+    return number
+
+
+def decimal(value, name: str) -> float:
+    """A number from a form, the API or the CLI: 0.5, '0.5', '1e3' pass; empty, 'nan', 'inf' or text are refused.
+
+    Raises:
+        ValueError: naming the field and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name}: give a number, not {_shown(value)}")
+    if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
+        raise ValueError(f"{name}: give a number, not {_shown(value)}")
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"{name}: give a finite number, not {value}")
+    return number
+
+
+def whole_or_none(value) -> int | None:
+    """The whole number ``value`` holds, or None (empty, a fraction, text, a bool)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and WHOLE.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _range(low: int | None, high: int | None) -> str:
+    """' from 1 to 10', ' of at least 1' or ''."""
+    if low is not None and high is not None:
+        return f" from {low} to {high}"
+    return f" of at least {low}" if low is not None else ""
+
+
+def _shown(value) -> str:
+    """A typed value as a message shows it ('nothing' for empty)."""
+    return "nothing" if value is None or (isinstance(value, str) and not value.strip()) else repr(value)
+
+
+def duration_words(seconds: float) -> str:
+    """Seconds in units that scale: '45 s', '6 min 40 s', '27 h 47 min'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
@@ -398,10 +496,9 @@ def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
         name, sep, value = part.partition("=")
         if not sep:
             raise ValueError(f"slo: {part!r} is not NAME=SECONDS (e.g. ttft=0.5,tpot=0.05)")
-        try:
-            pairs.append((name.strip().lower(), float(value)))
-        except ValueError:
-            raise ValueError(f"slo: {value!r} is not a number of seconds") from None
+        if not DECIMAL.fullmatch(value.strip()):
+            raise ValueError(f"slo: {value!r} is not a number of seconds")
+        pairs.append((name.strip().lower(), float(value)))
     return tuple(pairs)
 
 

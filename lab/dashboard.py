@@ -9,7 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab.config import VLLM_ENGINES, EngineConfig, LoadConfig, RunPlan, parse_slo, parse_users
+from lab.config import (
+    MAX_REPEATS,
+    VLLM_ENGINES,
+    EngineConfig,
+    LoadConfig,
+    RunPlan,
+    decimal,
+    parse_slo,
+    parse_users,
+    whole,
+)
 from lab.environment import GIB
 from lab.plots import (
     kv_tokens_figure,
@@ -37,11 +47,11 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         engines: Ticked engines.
         users_text: e.g. '1,5,10,20'.
         workload: A workload name.
-        output_len: Forced output length; 0 or empty keeps the workload's lengths.
+        output_len: Forced output length; 0 keeps the workload's lengths (empty is refused: say 0).
         bound: BOUND_REQUESTS or BOUND_SECONDS.
         amount: Requests per user, or seconds per level.
         repeats: Times each level runs per engine (for the spread).
-        rate: Open loop's requests per second (users cap what is in flight); 0 or empty: closed loop.
+        rate: Open loop's requests per second (users cap what is in flight); 0: closed loop (empty is refused).
         slo: Latency targets for goodput, e.g. 'ttft=0.5,tpot=0.05'.
 
     Returns:
@@ -51,18 +61,15 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
         ValueError: with a message for the page.
     """
     users = parse_users(users_text or "")
-    out = int(output_len) if output_len else None  # 0 or empty: the workload's own lengths
-    if amount is None:
-        raise ValueError(f"{bound.capitalize()}: give a number.")
-    if bound == BOUND_REQUESTS and (amount < 1 or amount != int(amount)):
-        raise ValueError(f"Requests per user: give a whole number of at least 1, not {amount:g}.")
-    if repeats is None or repeats != int(repeats):
-        raise ValueError(f"Repeats: give a whole number, not {repeats}.")
+    out = whole(output_len, "Output length (0 = the workload's)", low=0) or None  # 0: the workload's own lengths
+    if bound not in (BOUND_REQUESTS, BOUND_SECONDS):
+        raise ValueError(f"Bound each level by: choose {BOUND_REQUESTS} or {BOUND_SECONDS}, not {bound!r}.")
+    open_loop = decimal(rate, "Open loop: requests/s (0 = users)") or None  # 0: closed-loop users
     load = LoadConfig(
-        users=users, workload=workload, output_len=out, repeats=int(repeats),
-        requests_per_user=int(amount) if bound == BOUND_REQUESTS else None,
-        duration_s=float(amount) if bound == BOUND_SECONDS else None,
-        rate=float(rate) if rate else None, slo=parse_slo(slo or ""),
+        users=users, workload=workload, output_len=out, repeats=whole(repeats, "Repeats", 1, MAX_REPEATS),
+        requests_per_user=whole(amount, "Requests per user", low=1) if bound == BOUND_REQUESTS else None,
+        duration_s=decimal(amount, "Seconds per level") if bound == BOUND_SECONDS else None,
+        rate=open_loop, slo=parse_slo(slo or ""),
     )
     return RunPlan(engines=tuple(engines or ()), load=load, engine=config)
 
@@ -80,10 +87,13 @@ def progress_text(result: RunResult | None) -> str:
                 f"{len(current.records)}{planned} requests done in this level ({total_done} in the run).")
     if result.status == RUNNING:
         return f"Running {result.run_id}: {result.message}"
-    finished = sum(1 for lvl in result.levels for r in lvl.records if r.status == RequestStatus.OK)
-    unfinished = total_done - finished
+    ended = [r.status for lvl in result.levels for r in lvl.records]
+    finished = ended.count(RequestStatus.OK)
+    parts = [f"{ended.count(status)} {words}" for status, words in
+             ((RequestStatus.CANCELLED, "stopped by the cancel"), (RequestStatus.ERROR, "failed"))
+             if ended.count(status)]
     return (f"Run {result.run_id} {result.message}: {finished} requests finished"
-            + (f", {unfinished} stopped or failed before their last token" if unfinished else "") + ".")
+            + (f", {' and '.join(parts)} before their last token" if parts else "") + ".")
 
 
 @dataclass(frozen=True)

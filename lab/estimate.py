@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lab.config import RunPlan
+from lab.config import RunPlan, duration_words
 from lab.load.workloads import sample_specs
 from lab.runs import level_seed
 
@@ -66,7 +66,5 @@ def estimate_text(plan: RunPlan, summaries: list[dict], model: str, device_name:
     if estimate.seconds is None:
         return (f"No time estimate yet: no finished run of {', '.join(estimate.missing)} with {model} on "
                 f"{device_name} is stored; the first run teaches it.")
-    minutes, seconds = divmod(round(estimate.seconds), 60)
-    shown = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
-    return (f"Estimated time: about {shown} (the output tok/s of the runs stored for {device_name}, at the "
-            f"nearest user level; loading and warm-up not counted).")
+    return (f"Estimated time: about {duration_words(estimate.seconds)} (the output tok/s of the runs stored for "
+            f"{device_name}, at the nearest user level; loading and warm-up not counted).")

@@ -142,3 +142,82 @@ def _level_line(users: int, ratio: float, runs: list[dict], base: str, top: str)
     if users == 1:
         return line + ": one request at a time, so nothing is batched or paged; the ratio is the cost of a step."
     return line + "."
+
+
+# -- load tests in the notebooks: what moved between two levels or two runs, and what the load could hold ----------
+def per_repeat(summary: dict, engine: str, users: int, field: str) -> list[float]:
+    """One engine's figure at one level, one value per repeat (``field``: output_tok_s, or a latency's p50)."""
+    rows = [r for r in summary["runs"] if r["engine"] == engine and r["users"] == users]
+    return [r[field] if not isinstance(r[field], dict) else r[field]["p50"] for r in rows
+            if r[field] is not None and (not isinstance(r[field], dict) or r[field]["p50"] is not None)]
+
+
+def moved(before: list[float], after: list[float], unit: str, scale: float = 1.0) -> str:
+    """How a measured figure moved: 'rose from 27 to 33 ms/token', or 'stayed at ... (the repeats overlap ...)'."""
+    def shown(values):
+        return f"{sum(values) / len(values) * scale:,.1f}"
+
+    a, b = f"{shown(before)}", f"{shown(after)}"
+    if min(after) <= max(before) and min(before) <= max(after) and (len(before) > 1 or len(after) > 1):
+        return f"stayed within its repeats' spread ({a} → {b} {unit})"
+    return f"{'rose' if sum(after) / len(after) > sum(before) / len(before) else 'fell'} from {a} to {b} {unit}"
+
+
+def levels_answer(summary: dict, rows: list[dict], low: int, high: int, base: str = "hf", top: str = "vllm") -> list:
+    """What each engine's tok/s and time per token did from ``low`` to ``high`` users, and what the load let
+    batching do (from the requests' own lengths and counts)."""
+    lines = []
+    for engine in (base, top):
+        tok = [per_repeat(summary, engine, u, "output_tok_s") for u in (low, high)]
+        tpot = [per_repeat(summary, engine, u, "tpot_s") for u in (low, high)]
+        if all(tok) and all(tpot):
+            lines.append(f"{engine}: output tok/s {moved(*tok, 'tok/s')}; time per output token "
+                         f"{moved(*tpot, 'ms', 1000)} (measured).")
+    return lines + load_facts(rows, high, base, top, summary)
+
+
+def load_facts(rows: list[dict], users: int, base: str, top: str, summary: dict) -> list[str]:
+    """What the level's requests let static and continuous batching differ on, measured from the requests."""
+    level = [r for r in rows if r["users"] == users and r["engine"] == top and r["status"] == "ok"]
+    if not level:
+        return []
+    outs, prompts = [r["output_tokens"] for r in level], [r["prompt_tokens"] for r in level]
+    each = len(level) // max(1, users * max(1, len(per_repeat(summary, top, users, "output_tok_s"))))
+    lines = [f"At {users} users the answers ran from {min(outs)} to {max(outs)} tokens and the prompts from "
+             f"{min(prompts)} to {max(prompts)} (the requests' own lengths)."]
+    if max(outs) > min(outs):
+        lines.append("So a static batch kept its finished rows until its longest answer ended, where continuous "
+                     "batching gave their places to waiting requests.")
+    else:
+        lines.append("Every answer had the same length: no row of a static batch finished early.")
+    ttft = [per_repeat(summary, e, users, "ttft_s") for e in (base, top)]
+    if each > 1 and all(ttft):
+        hf, vllm = (sum(v) / len(v) * 1000 for v in ttft)
+        lines.append(f"Each user sent {each} requests, one after the other: a request that came while {base}'s batch "
+                     f"ran waited for it; median time to first token {hf:,.0f} ms in {base}, {vllm:,.0f} ms in "
+                     f"{top} (measured).")
+    elif each <= 1:
+        lines.append("Each user sent one request, so no request arrived while a batch ran: continuous batching had "
+                     "nothing to admit mid-batch.")
+    return lines
+
+
+def runs_answer(first: dict, second: dict, users: int, names: tuple[str, str]) -> list[str]:
+    """Two runs' ratios at one level, whether the change is beyond the repeats' spread, and each run's padding."""
+    a, b = (float(s["ratio"][str(users)]) for s in (first, second))
+    spreads = [s.get("spread", {}).get("ratio", {}).get(str(users)) for s in (first, second)]
+    overlap = all(spreads) and spreads[0]["low"] <= spreads[1]["high"] and spreads[1]["low"] <= spreads[0]["high"]
+    verb = "grew" if b > a else "shrank"
+    line = f"The ratio at {users} users {verb} from {a:.2f}x with `{names[0]}` to {b:.2f}x with `{names[1]}`"
+    return [line + (": within the repeats' spread, not a measured change." if overlap and all(
+        s["n"] > 1 for s in spreads) else ".")]
+
+
+def padding_words(rows: list[dict], users: int, name: str, engine: str = "hf") -> str:
+    """The share of prompt tokens a static batch of all the level's requests would pad (computed)."""
+    level = [r["prompt_tokens"] for r in rows if r["users"] == users and r["engine"] == engine]
+    if not level:
+        return ""
+    pad = 1 - sum(level) / (len(level) * max(level))
+    return (f"With `{name}`, padding every prompt of the {users}-user level to its longest ({max(level)} tokens) "
+            f"would make {pad:.0%} of a batch's prompt tokens padding (computed from the requests' lengths).")

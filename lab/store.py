@@ -129,7 +129,7 @@ def _fetch_one(db_path: str | Path, query: str, key: str, missing: str) -> tuple
     with closing(connect(db_path)) as conn:
         row = conn.execute(query, (key,)).fetchone()
     if row is None:
-        raise KeyError(f"no stored {missing} {key!r}")
+        raise KeyError(f"no such {missing}: no stored {missing} {key!r}")  # a bound parameter: never a path
     return row
 
 

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import EngineConfig, LoadConfig, RunPlan, decimal, parse_users, whole
 from lab.environment import read_device, versions
 from lab.experiments import ended
 from lab.runs import RunResult
@@ -36,6 +36,7 @@ KNOBS = {  # knob -> the engine it changes
     "hf_max_batch_size": "hf",
 }
 ENGINE_ARGS = {"kv_cache_gib": "kv_cache_memory_bytes", "hf_max_batch_size": "max_batch_size"}  # else: the knob
+MAX_VALUES = 8  # values per sweep: each one is an engine restart (~30 s on 2 cores) plus its load run
 DEFAULT_VALUES = {  # (knob, device kind) -> values; small on CPU so a sweep takes minutes, the seeds' on a GPU
     ("max_num_seqs", "cpu"): "1,4,16", ("max_num_seqs", "cuda"): "1,4,16,64,256",
     ("block_size", "cpu"): "32,64,128", ("block_size", "cuda"): "16,32",
@@ -107,20 +108,30 @@ def sweep_plan(knob: str, values: str, users: str = "5", workload: str = "mixed"
     Raises:
         ValueError: an unknown knob, values that are not numbers, or a bad load (before anything restarts).
     """
-    load = LoadConfig(users=parse_users(users), workload=workload, requests_per_user=int(requests_per_user),
-                      output_len=int(output_len) if output_len else None, warmup_requests=1)
+    out = None if output_len is None else whole(output_len, "output length (0 = the workload's)", low=0) or None
+    load = LoadConfig(users=parse_users(users), workload=workload, warmup_requests=1, output_len=out,
+                      requests_per_user=whole(requests_per_user, "requests per user", low=1))
     return SweepPlan(knob, parse_values(knob, values), load)
 
 
 def parse_values(knob: str, text: str) -> tuple:
-    """'1,4,16' -> (1, 4, 16) (floats for the memory knobs), with the knob named in any error."""
+    """'1,4,16' -> (1, 4, 16) (floats for the memory knobs), with the knob named in any error; each value is
+    checked by EngineConfig's own rule for the knob (e.g. hf_max_batch_size at most MAX_BATCH)."""
     check_knob(knob)
-    kind = float if knob in ("kv_cache_gib", "gpu_memory_utilization") else int
+    memory = knob in ("kv_cache_gib", "gpu_memory_utilization")
+    rule, kind = (decimal, "numbers") if memory else (whole, "whole numbers")
     try:
-        return tuple(kind(v) for v in text.replace(",", " ").split())
+        values = tuple(rule(v, knob) for v in text.replace(",", " ").split())
     except ValueError:
-        raise ValueError(f"{knob}: {text!r} is not a list of {'numbers' if kind is float else 'whole numbers'}") \
-            from None
+        raise ValueError(f"{knob}: {text!r} is not a list of {kind}") from None
+    if not values:
+        raise ValueError(f"{knob}: give at least one value, e.g. {default_values(knob, 'cpu') or '1,2'}")
+    if len(values) > MAX_VALUES:
+        raise ValueError(f"{knob}: {len(values)} values, past the limit of {MAX_VALUES} (each restarts the engine, "
+                         f"about half a minute on a 2-core CPU, before its load runs): sweep fewer values")
+    for value in values:
+        EngineConfig(**{knob: value})
+    return values
 
 
 @dataclass

@@ -81,6 +81,10 @@ class Handlers:
         return estimate_text(plan, list_summaries(self.host.db_path), self.host.check.model,
                              self.host.check.memory.device.name)
 
+    def clear_error(self, message: str):
+        """A changed form makes the last input error stale: the message line drops it (other lines stay)."""
+        return "" if (message or "").startswith("**Input error:**") else gr.skip()
+
     def progress_now(self) -> str:
         """The progress line right after Run (the timer would redraw it only at its next tick)."""
         return progress_text(self.host.result)
@@ -129,9 +133,10 @@ class Handlers:
         """Cancel the run in progress; returns the message line."""
         return self.host.cancel()
 
-    def run_and_wait(self, engines: str, users: str, workload: str, output_len: int, requests_per_user: int,
-                     repeats: int = 1, rate: float = 0, slo: str = "") -> str:
-        """Start a run, wait for it to end, and return its summary.json (for API clients)."""
+    def run_and_wait(self, engines: str, users: str, workload: str, output_len: float, requests_per_user: float,
+                     repeats: float = 1, rate: float = 0, slo: str = "") -> str:
+        """Start a run, wait for it to end, and return its summary.json (for API clients); the numbers are floats
+        so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error)."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
             plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
@@ -219,7 +224,10 @@ class Handlers:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
             return None, None, None, None, None, None
-        summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
+        try:
+            summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
+        except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
+            raise gr.Error(exc.args[0]) from None
         paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
         return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
                 summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]))
@@ -319,15 +327,15 @@ def _form(engine_names: tuple[str, ...]) -> list:
     engines = gr.CheckboxGroup(list(engine_names), value=list(engine_names), label="Engines", elem_id="engines")
     users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
     workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", elem_id="workload",
-                           info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()))
-    output_len = gr.Number(0, precision=0, label="Output length in tokens (0 = the workload's)", elem_id="output-len")
+                           info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()),
+                           allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
+    output_len = gr.Number(0, label="Output length in tokens (0 = the workload's)", elem_id="output-len")
     bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
     with gr.Row():
         amount = gr.Number(2, label="Requests per user / seconds", elem_id="amount", min_width=120)
-        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, label="Repeats of each level",
-                            elem_id="repeats", min_width=120)
+        repeats = gr.Number(1, label=f"Repeats of each level (1-{MAX_REPEATS})", elem_id="repeats", min_width=120)
     with gr.Row():
-        rate = gr.Number(0, minimum=0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
+        rate = gr.Number(0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
                          info="Poisson arrivals; users then cap what is in flight")
         slo = gr.Textbox("", label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
                          min_width=120)
@@ -382,7 +390,8 @@ def _results_tab() -> ResultsTab:
     with gr.Tab("Results", id="results"):
         refresh = gr.Button("Refresh")
         runs_table = gr.Dataframe(label="Past runs (stored as they finish, partial ones too)", elem_id="runs-table")
-        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)")
+        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)",
+                             allow_custom_value=True)  # an id it does not list: the store's "no such run"
         with gr.Row():
             compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
         compare_table = gr.Dataframe(label="Latency (ms) of the first chosen run", column_widths=LATENCY_WIDTHS,
@@ -426,6 +435,7 @@ def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: E
         handlers.progress_now, None, [load.live[0]], **QUIET)
     for component in load.form:
         component.change(handlers.estimate, load.form, [load.estimate], api_visibility="private", queue=False)
+        component.change(handlers.clear_error, [load.message], [load.message], api_visibility="private", queue=False)
     load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
         handlers.start_run, load.form, [load.message], api_visibility="private").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)

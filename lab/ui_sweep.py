@@ -40,7 +40,7 @@ class SweepHandlers:
         """Start a sweep from the form; returns the message line."""
         try:
             started, message = self.host.submit_sweep(
-                sweep_plan(knob, values or "", users or "", workload, requests_per_user or 0, output_len))
+                sweep_plan(knob, values or "", users or "", workload, requests_per_user, output_len))
         except ValueError as exc:
             return f"**Input error:** {exc}"
         return message if started else f"**Not started:** {message}"
@@ -134,13 +134,14 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     gr.Markdown(INTRO)
     with gr.Row():
         knob = gr.Dropdown([(f"{k} ({engine})", k) for k, engine in KNOBS.items()], value=DEFAULT_KNOB,
-                           label="Knob (engine)", elem_id="sweep-knob")
+                           label="Knob (engine)", elem_id="sweep-knob",
+                           allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
         values = gr.Textbox(handlers.values_for(DEFAULT_KNOB), label="Values (comma list)", elem_id="sweep-values")
         users = gr.Textbox("5", label="Concurrent users (comma list)", elem_id="sweep-users")
     with gr.Row():
-        workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload")
-        requests = gr.Number(2, precision=0, label="Requests per user", elem_id="sweep-requests")
-        output_len = gr.Number(0, precision=0, label="Output length (0 = the workload's)", elem_id="sweep-output-len")
+        workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", allow_custom_value=True)
+        requests = gr.Number(2, label="Requests per user", elem_id="sweep-requests")
+        output_len = gr.Number(0, label="Output length (0 = the workload's)", elem_id="sweep-output-len")
     with gr.Row():
         run = gr.Button("Run sweep", variant="primary", elem_id="sweep-run", interactive=False)  # set by the timer
         cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel", interactive=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
+from lab.config import whole
 from lab.experiments import parse_params
 from lab.experiments.why import PRESET_WORDS, PRESETS
 from lab.host import LabHost
@@ -47,14 +48,6 @@ def factors_table(fields: dict) -> pd.DataFrame:
              "in product": "yes" if f["in_product"] else "side"}
             for f in fields.get("factors", []) + fields.get("sides", [])]
     return pd.DataFrame(rows, columns=["step", "factor", "repeats", "mechanism", "in product"])
-
-
-def whole(value, name: str) -> str:
-    """A form number as the text parse_params reads: a whole number stays whole, anything else is refused
-    there with the field's name."""
-    if value is None or value == "":
-        raise ValueError(f"{name}: give a whole number")
-    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 class _Stored:
@@ -141,7 +134,8 @@ def build_why_tab(host: LabHost, tick_s: float, quiet: dict) -> WhyTab:
         gr.Markdown(INTRO)
         with gr.Row():
             preset = gr.Dropdown([(f"{name}: {PRESET_WORDS[name]}", name) for name in PRESETS], value="overhead",
-                                 label="Preset (the load every rung runs)", elem_id="why-preset", scale=3)
+                                 label="Preset (the load every rung runs)", elem_id="why-preset", scale=3,
+                                 allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
             repeats = gr.Number(3, label="Repeats (turns of every rung)", precision=None, elem_id="why-repeats",
                                 scale=1)
         rungs = gr.Textbox(",".join(RUNGS), label="Rungs (comma list; hf and vllm at least)", elem_id="why-rungs")

@@ -1,9 +1,11 @@
 """Bad input is rejected before anything loads, with the reason."""
 
+import re
+
 import pytest
 
 from lab.__main__ import main
-from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import Endpoint, EngineConfig, LoadConfig, RunPlan, parse_endpoint, parse_users
 from lab.environment import GIB, DeviceInfo
 from lab.memory import plan_memory
 from lab.model import resolve_model
@@ -254,3 +256,71 @@ def test_auto_dtype_is_bf16_unless_the_cpu_only_emulates_it(monkeypatch, flags, 
     assert EngineConfig(device=device, dtype="float16").resolved_dtype() == "float16"  # a choice is kept
     with pytest.raises(ValueError, match="dtype must be auto, bfloat16, float16 or float32, not 'fp8'"):
         EngineConfig(dtype="fp8")
+
+
+@pytest.mark.parametrize("value, expected", [(2, 2), (2.0, 2), ("2", 2), (" 7 ", 7), ("-3", -3)])
+def test_whole_takes_whole_numbers_in_every_shape(value, expected):
+    from lab.config import whole
+
+    assert whole(value, "Repeats") == expected
+
+
+@pytest.mark.parametrize("value, words", [
+    (None, "not nothing"), ("", "not nothing"), ("  ", "not nothing"), (1.5, "not 1.5"), ("1.5", "not '1.5'"),
+    ("x", "not 'x'"), ("１", "not '１'"), (True, "not True"), (float("nan"), "not nan"), (0, "not 0"),
+    (11, "not 11"),
+])
+def test_whole_refuses_by_name_without_rounding(value, words):
+    from lab.config import whole
+
+    with pytest.raises(ValueError, match=f"^Repeats: give a whole number from 1 to 10, {re.escape(words)}$"):
+        whole(value, "Repeats", 1, 10)
+
+
+@pytest.mark.parametrize("value", ["", "nan", "inf", "-inf", "1,5", "x", None, float("inf")])
+def test_decimal_refuses_what_is_not_a_finite_number(value):
+    from lab.config import decimal
+
+    with pytest.raises(ValueError, match="^Rate: give a"):
+        decimal(value, "Rate")
+    assert decimal("1e3", "Rate") == 1000.0 and decimal(" .5 ", "Rate") == 0.5
+
+
+@pytest.mark.parametrize("url", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"])
+def test_an_endpoint_url_is_taken_with_or_without_v1(url):
+    assert Endpoint(base_url=url).base_url == "http://h:8000"
+    assert parse_endpoint(f"tuned={url}").base_url == "http://h:8000"
+
+
+def test_a_url_with_a_password_is_refused_in_words_for_the_page_and_the_cli():
+    with pytest.raises(ValueError, match="API key field \\(--api-key on the CLI\\)"):
+        Endpoint(base_url="http://user:pw@h:8000")
+
+
+def test_seconds_per_level_are_bounded_by_an_hour_with_the_runs_length():
+    from lab.config import MAX_LEVEL_S
+
+    LoadConfig(requests_per_user=None, duration_s=MAX_LEVEL_S)
+    with pytest.raises(ValueError, match=r"at most 3600 \(an hour\), not 100000 \(about 111 h 6 min per engine\)"):
+        LoadConfig(requests_per_user=None, duration_s=100000)  # 4 default levels
+    with pytest.raises(ValueError, match=r"duration_s .* not -3$"):
+        LoadConfig(requests_per_user=None, duration_s=-3)
+
+
+def test_hf_max_batch_size_is_bounded_by_the_most_users_with_the_reason():
+    EngineConfig(hf_max_batch_size=256)
+    with pytest.raises(ValueError, match="hf_max_batch_size 100000 is past the limit of 256: .* never fills"):
+        EngineConfig(hf_max_batch_size=100000)
+
+
+@pytest.mark.parametrize("seconds, words", [(45, "45 s"), (400, "6 min 40 s"), (3600, "1 h"), (400000, "111 h 6 min"),
+                                            (120, "2 min")])
+def test_duration_words_scale_their_unit(seconds, words):
+    from lab.config import duration_words
+
+    assert duration_words(seconds) == words
+
+
+def test_users_refuse_digits_of_other_scripts():
+    with pytest.raises(ValueError, match="users: '１' is not a whole number"):
+        parse_users("1,１")

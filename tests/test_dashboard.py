@@ -27,7 +27,7 @@ def no_settle(monkeypatch):
     monkeypatch.setattr("lab.runs.SETTLE_S", 0)
 
 
-def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=None, bound=BOUND_REQUESTS,
+def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=0, bound=BOUND_REQUESTS,
          amount=2, max_model_len=2048, repeats=1):
     """plan_from_inputs with the form's usual values, some changed."""
     config = EngineConfig(max_model_len=max_model_len)
@@ -58,8 +58,12 @@ def test_valid_inputs_make_a_plan():
     (dict(amount=0.5), ["Requests per user", "whole number", "0.5"]),
     (dict(amount=0, bound=BOUND_SECONDS), ["duration_s", "0"]),
     (dict(repeats=1.5), ["Repeats", "whole number", "1.5"]),
-    (dict(repeats=0), ["repeats", "1 to 10", "0"]),
-    (dict(repeats=11), ["repeats", "1 to 10", "11"]),
+    (dict(repeats=0), ["Repeats", "1 to 10", "0"]),
+    (dict(repeats=11), ["Repeats", "1 to 10", "11"]),
+    (dict(repeats=None), ["Repeats", "nothing"]),
+    (dict(output_len=None), ["Output length", "nothing"]),
+    (dict(output_len=1.5), ["Output length", "whole number", "1.5"]),
+    (dict(amount=100000, bound=BOUND_SECONDS), ["duration_s", "3600", "an hour", "55 h 33 min"]),
 ])
 def test_bad_inputs_say_what_is_wrong(changes, named):
     with pytest.raises(ValueError) as error:
@@ -94,7 +98,11 @@ def test_progress_text_of_a_cancelled_run_counts_what_the_table_counts(char_toke
     started = sum(len(lvl.records) for lvl in result.levels)
     text = progress_text(result)
     assert text.startswith(f"Run {result.run_id} cancelled") and f": {finished} requests finished" in text
-    assert (f"{started - finished} stopped or failed" in text) == (started > finished)
+    cancelled = sum(r.status == "cancelled" for lvl in result.levels for r in lvl.records)
+    failed = started - finished - cancelled
+    assert (f"{cancelled} stopped by the cancel" in text) == (cancelled > 0)
+    assert (f"{failed} failed" in text) == (failed > 0)
+    assert "stopped or failed" not in text
 
 
 @pytest.mark.parametrize("finished", [True, False])

@@ -74,6 +74,9 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
             big = largest(result.fields["factors"])
             assert f"largest step is **{big['lower']} → {big['upper']}**, {big['value']:.2f}x" in str(said)
             assert result.fields["caption"] in str(said)
+    if path.stem == "01_hf_vs_vllm":  # the exercise's answer says grew or shrank as its own two ratios did
+        a, b = (float(namespace[name]["ratio"]["5"]) for name in ("summary", "exercise"))
+        assert f"{'grew' if b > a else 'shrank'} from {a:.2f}x" in str(answers[1])
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]

@@ -99,8 +99,9 @@ def test_wrong_url_or_key_is_refused_before_the_run(servers):
         check_session(CONFIG.with_overrides(endpoints=(parse_endpoint("http://127.0.0.1:9"),)), ("openai",))
     with pytest.raises(ValueError, match="refused the API key \\(HTTP 401\\)"):
         check_session(endpoint_config(servers["vllm"], "sk-wrong"), ("openai",))
+    assert parse_endpoint(servers["vllm"].url + "/v1/", None, KEY).base_url == servers["vllm"].url  # the SDK's form
     with pytest.raises(ValueError, match="not an OpenAI-compatible server"):
-        wrong_path = parse_endpoint(servers["vllm"].url + "/v1", None, KEY)
+        wrong_path = parse_endpoint(servers["vllm"].url + "/v2", None, KEY)
         check_session(CONFIG.with_overrides(endpoints=(wrong_path,)), ("openai",))
 
 

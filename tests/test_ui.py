@@ -563,3 +563,61 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     mine = stored[result.experiment_id]
     assert mine["status"] == "cancelled" and mine["rungs"]["hf"]["tok_s"]
     page.close()
+
+
+@pytest.mark.ui
+@pytest.mark.parametrize("fields, expected", [
+    ({"bound": "seconds per level", "#amount input": "100000"}, "at most 3600 (an hour), not 100000"),
+    ({"#repeats input": "0"}, "Repeats: give a whole number from 1 to 10, not 0"),
+    ({"#repeats input": "1.5"}, "Repeats: give a whole number from 1 to 10, not 1.5"),
+    ({"#output-len input": ""}, "Output length (0 = the workload's): give a whole number"),
+    ({"#rate input": "-3"}, "rate must be above 0"),
+])
+def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, browser, fields, expected):
+    from lab.store import list_runs
+
+    host, url = served
+    stored = len(list_runs(host.db_path))
+    page = open_ready(browser, url)
+    page.fill("#users textarea", "1")
+    for selector, value in fields.items():
+        page.get_by_label(value).check() if selector == "bound" else page.fill(selector, value)
+    page.click("#run")
+    wait_text(page, "#message", expected, 20)
+    wait_text(page, "#estimate", expected, 20)  # the estimate line says the same, no "Error" pill
+    assert "Input error" in page.inner_text("#message") and "less than minimum" not in page.content()
+    assert not host.running() and len(list_runs(host.db_path)) == stored
+    page.fill("#users textarea", "1,2")  # a changed form: the error is stale and leaves the message line
+    page.wait_for_function("() => !document.querySelector('#message').innerText.includes('Input error')",
+                           timeout=10_000)
+    page.close()
+
+
+@pytest.mark.ui
+def test_the_api_answers_bad_values_and_crafted_ids_with_the_pages_words(served):
+    from lab.store import list_runs
+
+    host, url = served
+    c, stored = client(url), len(list_runs(host.db_path))
+    for args, expected in [((8, 1, 1.5), "Repeats: give a whole number from 1 to 10, not 1.5"),
+                           ((1.5, 1, 1), "Output length (0 = the workload's): give a whole number"),
+                           ((8, 1, 1, -3), "rate must be above 0")]:
+        error = json.loads(c.predict("hf", "1", "mixed", *args, api_name="/run_and_wait"))
+        assert expected in error["error"]
+    for crafted in ("../x", "/etc/passwd", "' or 1=1 --"):
+        with pytest.raises(Exception, match="no such run"):
+            c.predict([crafted], api_name="/compare")
+    assert not host.running() and len(list_runs(host.db_path)) == stored
+
+
+@pytest.mark.ui
+def test_unknown_names_through_the_api_get_the_labs_words(served):
+    host, url = served
+    c = client(url)
+    answer = c.predict(["hf"], "1", "nope", 0, BOUND_REQUESTS, 1, 1, 0, "", api_name="/start_run")
+    assert "unknown workload 'nope'" in answer
+    assert "unknown knob 'nope'" in c.predict("nope", "1,2", "1", "mixed", 1, 0, api_name="/start_sweep")
+    assert "unknown preset 'nope'" in c.predict("nope", 1, "hf,vllm", api_name="/start_ladder")
+    assert "Repeats: give a whole number from 1 to 10, not 0" in c.predict(
+        ["hf"], "1", "mixed", 0, BOUND_REQUESTS, 1, 0, 0, "", api_name="/start_run")
+    assert not host.running()

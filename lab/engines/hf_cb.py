@@ -159,7 +159,9 @@ class HFCBEngine:
         if self._manager.add_request(list(request.prompt_token_ids), request_id=request_id, streaming=True,
                                      max_new_tokens=request.max_tokens,
                                      eos_token_id=-1 if request.ignore_eos else None) is None:
-            raise RequestRejected("HF continuous batching is not accepting requests (stopped or failed)")
+            fatal = self._fatal()
+            raise RequestRejected("HF continuous batching is not accepting requests: "
+                                  + ("its manager stopped" if fatal is None else f"it failed ({fatal})"))
         self._in_flight.add(request_id)
         seen, finished = 0, False
         try:

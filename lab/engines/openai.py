@@ -177,10 +177,10 @@ def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
                          f"the server first (e.g. `python -m lab serve --engine vllm`)") from None
     if status in (401, 403):
         raise ValueError(f"endpoint {endpoint.name}: {endpoint.base_url} refused the API key (HTTP {status}): "
-                         f"give --api-key or set {API_KEY_ENV}")
+                         f"give the server's key in the API key field (--api-key or ${API_KEY_ENV} on the CLI)")
     if status == 404:
         raise ValueError(f"endpoint {endpoint.name}: {url} answered HTTP 404: not an OpenAI-compatible server "
-                         f"(give the URL without /v1)")
+                         f"(give the server's root URL, e.g. http://127.0.0.1:8000, with or without /v1)")
     if endpoint.model is None:
         raise ValueError(f"endpoint {endpoint.name}: {url} answered HTTP {status}: give the served model's name "
                          f"(--served-model-name)")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.config import decimal, whole, whole_or_none
 from lab.environment import read_device, versions
 from lab.runs import RunResult
 from lab.status import RunStatus
@@ -99,21 +100,29 @@ def validate(name: str, params: Any, config) -> None:
 
 
 def _convert(key: str, value: Any, annotation: str) -> Any:
-    """A loose value as the field's annotated type ('int | None', 'tuple[int, ...]', 'float', 'str')."""
-    if not isinstance(value, str):
-        return tuple(value) if annotation.startswith("tuple") else value
-    try:
-        if annotation.startswith("tuple"):
-            return tuple(int(v) for v in value.replace(",", " ").split())
-        for name, kind in (("bool", lambda v: v.lower() in ("1", "true", "yes", "on")), ("int", int),
-                           ("float", float)):
-            if annotation.startswith(name):
-                return kind(value)
-    except ValueError:
-        kind = next((w for t, w in (("tuple", "list of whole numbers like 1,5"), ("int", "whole number"),
-                                    ("float", "number")) if annotation.startswith(t)), annotation)
-        raise ValueError(f"{key}: {value!r} is not a {kind}") from None
+    """A loose value as the field's annotated type ('int | None', 'tuple[int, ...]', 'float', 'str'), through
+    lab.config's rules (whole numbers refuse fractions and non-ASCII digits; numbers refuse nan and inf)."""
+    if annotation.startswith("tuple"):
+        parts = value.replace(",", " ").split() if isinstance(value, str) else list(
+            value if isinstance(value, (list, tuple)) else [value])
+        if not parts or any(whole_or_none(v) is None for v in parts):
+            raise ValueError(f"{key}: {value!r} is not a list of whole numbers like 1,5")
+        return tuple(whole_or_none(v) for v in parts)
+    if annotation.startswith("bool"):
+        return value.lower() in ("1", "true", "yes", "on") if isinstance(value, str) else value
+    if annotation.startswith("int"):
+        return _one(key, value, whole, "whole number")
+    if annotation.startswith("float"):
+        return _one(key, value, decimal, "number")
     return value
+
+
+def _one(key: str, value: Any, rule, kind: str) -> Any:
+    """One value through a lab.config rule, refused as '{key}: {value!r} is not a {kind}'."""
+    try:
+        return rule(value, key)
+    except ValueError:
+        raise ValueError(f"{key}: {value!r} is not a {kind}") from None
 
 
 @dataclass

@@ -60,8 +60,9 @@ def check(params: Params, config) -> None:
     params.check_pool(config)
     prompt, output = longest_request(params.workload, params.output_len)
     if prompt + output > config.max_model_len:
-        raise ValueError(f"the {params.workload!r} workload's longest request ({prompt} + {output} tokens) is past "
-                         f"max_model_len {config.max_model_len}")
+        raise ValueError(f"output_len {output}: the {params.workload!r} workload's longest request ({prompt} + "
+                         f"{output} tokens) is past max_model_len {config.max_model_len}: give output_len at most "
+                         f"{max(1, config.max_model_len - prompt)}")
 
 
 def least_blocks(config) -> int:

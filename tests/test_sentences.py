@@ -1,0 +1,56 @@
+"""The notebooks' load-test sentences on recorded runs that disagree: each claim follows that run's numbers."""
+
+from lab.sentences import levels_answer, load_facts, moved, padding_words, runs_answer
+
+
+def run(engine, users, repeat, tok_s, tpot_ms, ttft_ms):
+    return {"engine": engine, "users": users, "repeat": repeat, "output_tok_s": tok_s,
+            "tpot_s": {"p50": tpot_ms / 1000}, "ttft_s": {"p50": ttft_ms / 1000}}
+
+
+def summary(ratio5, spread, hf_tpot5, vllm_tpot5):
+    """Two repeats at 1 and 5 users; vLLM's time per token at 5 users as given."""
+    runs = [run("hf", 1, k, 30, 30, 100) for k in (0, 1)] + [run("vllm", 1, k, 60, 16, 50) for k in (0, 1)]
+    runs += [run("hf", 5, k, 50, hf_tpot5, 900) for k in (0, 1)]
+    runs += [run("vllm", 5, k, 50 * ratio5, vllm_tpot5 + k, 60) for k in (0, 1)]
+    return {"ratio": {"1": "2.0", "5": str(ratio5)}, "runs": runs,
+            "spread": {"ratio": {"5": {"n": 2, "mean": ratio5, "low": ratio5 - spread, "high": ratio5 + spread}}}}
+
+
+def rows(outputs, prompts, engine="vllm", users=5):
+    return [{"engine": engine, "users": users, "status": "ok", "output_tokens": o, "prompt_tokens": p}
+            for o, p in zip(outputs, prompts, strict=True)]
+
+
+def test_moved_says_rose_fell_or_within_the_spread():
+    assert moved([30, 31], [40, 41], "ms") == "rose from 30.5 to 40.5 ms"
+    assert moved([0.04, 0.041], [0.03, 0.031], "ms", 1000) == "fell from 40.5 to 30.5 ms"
+    assert moved([30, 35], [33, 36], "ms").startswith("stayed within its repeats' spread")
+
+
+def test_the_levels_answer_follows_each_runs_time_per_token():
+    rose = " ".join(levels_answer(summary(3.0, 0.1, 40, 25), rows([8, 96] * 15, [16] * 30), 1, 5))
+    fell = " ".join(levels_answer(summary(3.0, 0.1, 40, 10), rows([8, 96] * 15, [16] * 30), 1, 5))
+    assert "vllm: output tok/s rose from 60.0 to 150.0 tok/s; time per output token rose from 16.0 to 25.5" in rose
+    assert "time per output token fell from 16.0 to 10.5 ms" in fell
+    assert "kept its finished rows" in rose and "Each user sent 3 requests" in rose  # 30 requests, 5 users, 2 repeats
+
+
+def test_load_facts_say_what_the_load_could_not_hold():
+    equal = " ".join(load_facts(rows([16] * 10, [9] * 10), 5, "hf", "vllm", summary(2.0, 0.1, 40, 20)))
+    assert "Every answer had the same length" in equal and "Each user sent one request" in equal
+    assert "kept its finished rows" not in equal
+
+
+def test_runs_answer_says_grew_or_shrank_and_whether_the_spread_allows_it():
+    first, wider, same = summary(2.05, 0.1, 40, 20), summary(3.20, 0.1, 40, 20), summary(2.10, 0.2, 40, 20)
+    assert runs_answer(first, wider, 5, ("mixed", "prefill")) == [
+        "The ratio at 5 users grew from 2.05x with `mixed` to 3.20x with `prefill`."]
+    assert runs_answer(wider, first, 5, ("prefill", "mixed"))[0].startswith("The ratio at 5 users shrank")
+    assert "within the repeats' spread" in runs_answer(first, same, 5, ("mixed", "equal"))[0]
+
+
+def test_padding_is_computed_from_the_requests_lengths():
+    assert "would make 33% of a batch's prompt tokens padding" in padding_words(
+        rows([8, 8], [10, 30], engine="hf"), 5, "mixed")
+    assert "would make 0% of" in padding_words(rows([8, 8], [9, 9], engine="hf"), 5, "equal")
