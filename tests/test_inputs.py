@@ -279,3 +279,24 @@ def test_bounds_the_issue_lists():
 def test_serve_refuses_a_port_outside_tcp(port, nothing_starts, capsys):
     assert main(["serve", "--port", port]) == 2
     assert "--port must be from 0 (any free one) to 65535" in capsys.readouterr().err
+
+
+# -- the endpoint form (Load test tab): name and URL through the page's own handler ------------------------------
+NAME_OK = {"empty", "whitespace", "zero", "fraction", "huge", "text"}  # an empty name is the stated default, openai
+
+
+@pytest.mark.parametrize("kind", CLASSES)
+@pytest.mark.parametrize("field, names", [("url", ("endpoint URL",)), ("name", ("endpoint name",))])
+def test_every_endpoint_field(field, names, kind):
+    from lab.ui import Handlers
+
+    class Host:  # what reaches it passed the form's rules; nothing is connected here
+        def connect_endpoint(self, endpoint):
+            return False, f"not tried: {endpoint.name}"
+
+    typed = {"url": "http://127.0.0.1:9", "name": "", field: CLASSES[kind]}
+    answer, _ = Handlers(Host()).connect(typed["name"], typed["url"], "", "")
+    if field == "name" and kind in NAME_OK:
+        assert answer.startswith("**Not connected:** not tried"), answer
+    else:
+        assert answer.startswith("**Input error:**") and any(n in answer for n in names), answer
