@@ -20,7 +20,7 @@ from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
 from lab.host import LabHost
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
-from lab.ui_timer import redraw_on_change
+from lab.ui_timer import redraw_on_change, run_cancel_lines
 
 DEFAULT_EXPERIMENT = "blocks"
 NO_EXPERIMENT = "No experiment yet: choose one, set its parameters and press **Run**."
@@ -158,11 +158,7 @@ def _layout() -> KvTab:
         params = gr.Textbox("", label="Parameters", placeholder="users=4 output_len=24", elem_id="kv-params",
                             scale=1)
     hint = gr.Markdown(params_hint(DEFAULT_EXPERIMENT), elem_id="kv-params-hint")
-    with gr.Row():
-        run = gr.Button("Run", variant="primary", elem_id="kv-run", interactive=False)  # set by the timer
-        cancel = gr.Button("Cancel", variant="stop", elem_id="kv-cancel", interactive=False)
-    message = gr.Markdown(elem_id="kv-message")
-    progress = gr.Markdown(NO_EXPERIMENT, elem_id="kv-progress")
+    run, cancel, message, progress = run_cancel_lines("kv", NO_EXPERIMENT)
     live = gr.Plot(label="KV blocks, live (vLLM's pool per request, or HF's slab while HF runs)", elem_id="kv-live")
     with gr.Row():
         figure = gr.Plot(label="The experiment's figure", elem_id="kv-figure")

@@ -20,7 +20,7 @@ from lab.host import LabHost
 from lab.ladder import RUNGS
 from lab.plots_why import ladder_figure
 from lab.store import list_experiments
-from lab.ui_timer import redraw_on_change
+from lab.ui_timer import redraw_on_change, run_cancel_lines
 
 NO_LADDER = "No ladder yet: choose a preset and press **Run**."
 INTRO = ("The lab holds every contender, so it can take its own ratio apart. Each rung changes one mechanism and "
@@ -139,11 +139,7 @@ def build_why_tab(host: LabHost, tick_s: float, quiet: dict) -> WhyTab:
             repeats = gr.Number(3, label="Repeats (turns of every rung)", precision=None, elem_id="why-repeats",
                                 scale=1)
         rungs = gr.Textbox(",".join(RUNGS), label="Rungs (comma list; hf and vllm at least)", elem_id="why-rungs")
-        with gr.Row():
-            run = gr.Button("Run", variant="primary", elem_id="why-run", interactive=False)  # set by the timer
-            cancel = gr.Button("Cancel", variant="stop", elem_id="why-cancel", interactive=False)
-        message = gr.Markdown(elem_id="why-message")
-        progress = gr.Markdown(NO_LADDER, elem_id="why-progress")
+        run, cancel, message, progress = run_cancel_lines("why", NO_LADDER)
         figure = gr.Plot(label="Output tok/s per rung (measured)", elem_id="why-figure")
         caption = gr.Markdown(elem_id="why-caption")
         factors = gr.DataFrame(label="Factors", elem_id="why-factors", wrap=True)

@@ -387,12 +387,16 @@ def test_kv_parameters_split_on_whitespace_only_so_tuples_keep_their_commas():
         parse_pairs("users=1 users=2")
 
 
-def open_kv_tab(browser, url, **options):
-    """A new page on the app's KV cache tab, once the engines are ready."""
+def open_tab(browser, url, tab, run, **options):
+    """A new page on one of the app's tabs (its Run button visible), once the engines are ready."""
     page = open_ready(browser, url, **options)
-    page.get_by_role("tab", name="KV cache").click()
-    page.wait_for_selector("#kv-run", state="visible")
+    page.get_by_role("tab", name=tab).click()
+    page.wait_for_selector(run, state="visible")
     return page
+
+
+def open_kv_tab(browser, url, **options):
+    return open_tab(browser, url, "KV cache", "#kv-run", **options)
 
 
 def run_kv(page, name, params):
@@ -500,11 +504,7 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
 
 # -- the Why tab ----------------------------------------------------------------------------------------
 def open_why_tab(browser, url, **options):
-    """A new page on the app's Why tab, once the engines are ready."""
-    page = open_ready(browser, url, **options)
-    page.get_by_role("tab", name="Why").click()
-    page.wait_for_selector("#why-run", state="visible")
-    return page
+    return open_tab(browser, url, "Why", "#why-run", **options)
 
 
 def run_ladder(page, repeats, rungs):
