@@ -573,7 +573,7 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     ({"#output-len input": ""}, "Output length (0 = the workload's): give a whole number"),
     ({"#rate input": "-3"}, "rate must be above 0"),
 ])
-def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, browser, fields, expected):
+def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, browser, fields, expected, capfd):
     from lab.store import list_runs
 
     host, url = served
@@ -591,6 +591,7 @@ def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, brows
     page.wait_for_function("() => !document.querySelector('#message').innerText.includes('Input error')",
                            timeout=10_000)
     page.close()
+    assert "Traceback" not in "".join(capfd.readouterr())  # the app's log: a refusal, never an exception
 
 
 @pytest.mark.ui
