@@ -195,6 +195,18 @@ def hf_slab_figure(level) -> go.Figure:
     return _layout(fig, f"HF static batch of {batch}: one contiguous KV slab (MiB)", "MiB", "")
 
 
-FIGURES = {"waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
+def cache_figure(result) -> go.Figure:
+    """Milliseconds per output token against the decode's length, with and without the KV cache (measured)."""
+    fig = go.Figure()
+    for (mode, points), color in zip(result.series.items(), PALETTE, strict=False):
+        if points:
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
+                                     name=mode, line=dict(color=color)))
+    fig = _layout(fig, "Time per output token as the sequence grows (HF, one request)", "output tokens decoded",
+                  "ms per output token")
+    return fig.update_yaxes(rangemode="tozero") if fig.data else fig
+
+
+FIGURES = {"cache": cache_figure, "waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
            "phases": phases_figure, "preemption": preemption_figure, "sharing": sharing_figure,
            "memory": memory_figure, "why": ladder_figure}

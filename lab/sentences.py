@@ -221,3 +221,83 @@ def padding_words(rows: list[dict], users: int, name: str, engine: str = "hf") -
     pad = 1 - sum(level) / (len(level) * max(level))
     return (f"With `{name}`, padding every prompt of the {users}-user level to its longest ({max(level)} tokens) "
             f"would make {pad:.0%} of a batch's prompt tokens padding (computed from the requests' lengths).")
+
+
+# -- the KV-cache notebook (02): why a cache, what it costs, who wasted more --------------------------------------
+def cache_answer(fields: dict) -> list[str]:
+    """How time per token grew with length each way (measured), then the cache's bytes: GQA and the pool."""
+    from lab.experiments.cache import growth
+
+    series = fields["ms_per_token"]
+    (short, a), (long, b) = series["with cache"][0], series["with cache"][-1]
+    c, d = series["without cache"][0][1], series["without cache"][-1][1]
+    lines = [f"With the cache a token took {a:.1f} ms at {short} tokens and {b:.1f} ms at {long}; without it, "
+             f"{c:.1f} ms and {d:.1f} ms (measured)."]
+    without, with_ = growth(fields, "without cache"), growth(fields, "with cache")
+    if without > with_ * 1.1:
+        lines.append(f"Without the cache each step recomputes the keys and values of the whole sequence so far, so its "
+                     f"cost grew {without:.1f}x over these lengths against {with_:.1f}x with the cache.")
+    else:
+        lines.append(f"At these lengths recomputing the past did not show ({without:.1f}x growth without the cache, "
+                     f"{with_:.1f}x with it): a step's fixed cost hides it; try longer lengths.")
+    return lines + memory_lines(fields)
+
+
+def memory_lines(fields: dict) -> list[str]:
+    """Bytes per token with grouped-query attention spelled out, and the pool computed beside vLLM's own count."""
+    heads, kv = fields["query_heads"], fields["kv_heads"]
+    lines = [f"Each token's keys and values take {fields['formula']} (computed from the model's config)."]
+    if kv < heads:
+        lines.append(f"Grouped-query attention: {heads} query heads share {kv} key/value heads, so the cache holds "
+                     f"{kv}/{heads} of what one key/value head per query head would (computed).")
+    ours, theirs = fields.get("pool_tokens_computed"), fields.get("pool_tokens_vllm")
+    if ours and theirs:
+        agree = "agrees with" if abs(ours - theirs) <= fields["block_size"] else "differs from"
+        lines.append(f"vLLM's pool: {fields['pool_bytes']:,} bytes / {fields['bytes_per_token']:,} = {ours:,} tokens "
+                     f"(computed), which {agree} vLLM's own count, {theirs:,} tokens in blocks of "
+                     f"{fields['block_size']} (measured).")
+    return lines
+
+
+def waste_answer(fields: dict) -> list[str]:
+    """Which engine wasted more KV (time-weighted, measured), and the reason the run's own shapes give."""
+    hf, vllm = fields["hf"]["waste_pct"]["mean"], fields["vllm"]["waste_pct"]["mean"]
+    block = fields["vllm"]["block_size"]
+    more = "HF" if hf > vllm else "vLLM"
+    lines = [f"{more} wasted more here: HF {hf} % of the KV it held, vLLM {vllm} % (time-weighted means, measured)."]
+    if vllm >= hf:
+        lines.append(f"vLLM's waste is the empty tail of each request's last block: with blocks of {block} tokens a "
+                     f"short request leaves most of its one block empty. HF's ({hf} %) is padding and finished rows, "
+                     f"and this load gave it less of both.")
+    else:
+        lines.append(f"HF's waste is padding (prompts padded to the batch's longest) and rows whose answer ended while "
+                     f"the batch ran on; vLLM's is only the empty tail of each request's last block of {block}.")
+    return lines
+
+
+# -- the concurrency notebook (03): what users bought each kind of work ------------------------------------------
+def gain_words(gain: float) -> str:
+    """A tok/s gain from the fewest users to the most: 'gained 2.31x', or 'lost: its tok/s fell to 0.47x'."""
+    return f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
+
+
+def phases_answer(fields: dict, most: int) -> list[str]:
+    """Each engine's gain on decode- and prefill-bound work from the fewest users to ``most``, and which work and
+    which engine gained more here (measured)."""
+    gains = {(w, e): fields[w][e]["gain"] for w in ("decode", "prefill") for e in ("hf", "vllm")}
+    lines = [f"From 1 to {most} users HF {gain_words(gains['decode', 'hf'])} on decode-bound work and "
+             f"{gain_words(gains['prefill', 'hf'])} on prefill-bound work; vLLM {gain_words(gains['decode', 'vllm'])} "
+             f"and {gain_words(gains['prefill', 'vllm'])} (measured)."]
+    if gains["decode", "vllm"] > gains["prefill", "vllm"]:
+        lines.append("Decode gained more: a decode step reads every weight once to make one token per running "
+                     "request, so more requests in a step make more tokens from the same read; a prefill already "
+                     "keeps the device busy with a whole prompt.")
+    else:
+        lines.append("Here prefill gained as much as decode: the device was already busy with one request's decode "
+                     "steps, so sharing them bought little.")
+    hf_less = gains["decode", "hf"] < gains["decode", "vllm"]
+    lines.append("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
+                 "for the longest) while vLLM refills its batch every step." if hf_less else
+                 "On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
+                 "were filled as fully as vLLM's.")
+    return lines

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.experiments.cache import growth
 from lab.ladder import largest
 from lab.notebook import Answer
 
@@ -77,6 +78,15 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
     if path.stem == "01_hf_vs_vllm":  # the exercise's answer says grew or shrank as its own two ratios did
         a, b = (float(namespace[name]["ratio"]["5"]) for name in ("summary", "exercise"))
         assert f"{'grew' if b > a else 'shrank'} from {a:.2f}x" in str(answers[1])
+    if path.stem == "02_paged_attention":  # each answer's branch is the one its run's numbers call for
+        grew = growth(namespace["cache"].fields, "without cache")
+        assert f"{grew:.1f}x" in str(answers[0])
+        for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):
+            hf, vllm = (result.fields[e]["waste_pct"]["mean"] for e in ("hf", "vllm"))
+            assert f"{'HF' if hf > vllm else 'vLLM'} wasted more here" in str(said)
+    if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
+        hf = namespace["result"].fields["decode"]["hf"]["gain"]
+        assert ("HF gained" if hf >= 1 else "HF lost") in str(answers[0])
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]

@@ -54,3 +54,46 @@ def test_padding_is_computed_from_the_requests_lengths():
     assert "would make 33% of a batch's prompt tokens padding" in padding_words(
         rows([8, 8], [10, 30], engine="hf"), 5, "mixed")
     assert "would make 0% of" in padding_words(rows([8, 8], [9, 9], engine="hf"), 5, "equal")
+
+
+def cache_fields(with_ms, without_ms, kv_heads=3, ours=11650, theirs=11648):
+    return {"ms_per_token": {"with cache": [(16, with_ms[0]), (256, with_ms[1])],
+                             "without cache": [(16, without_ms[0]), (256, without_ms[1])]},
+            "formula": "2 (K and V) x 30 layers x 3 KV heads x 64 head dim x 2 bytes (bfloat16) = 23,040 bytes",
+            "query_heads": 9, "kv_heads": kv_heads, "bytes_per_token": 23040, "pool_bytes": 268435456,
+            "pool_tokens_computed": ours, "pool_tokens_vllm": theirs, "block_size": 128}
+
+
+def test_the_cache_answer_follows_the_measured_growth_and_checks_the_pool():
+    from lab.sentences import cache_answer
+
+    grew = " ".join(cache_answer(cache_fields((32, 33), (40, 128))))
+    flat = " ".join(cache_answer(cache_fields((32, 33), (40, 41), kv_heads=9, theirs=9000)))
+    assert "its cost grew 3.2x over these lengths against 1.0x with the cache" in grew
+    assert "9 query heads share 3 key/value heads" in grew and "which agrees with vLLM's own count" in grew
+    assert "recomputing the past did not show" in flat and "Grouped-query" not in flat and "differs from" in flat
+
+
+def test_the_waste_answer_names_the_engine_that_wasted_more():
+    from lab.sentences import waste_answer
+
+    def waste(hf, vllm):
+        return {"hf": {"waste_pct": {"mean": hf}}, "vllm": {"waste_pct": {"mean": vllm}, "block_size": 128}}
+
+    assert waste_answer(waste(58.0, 12.0))[0].startswith("HF wasted more here: HF 58.0 %")
+    vllm_more = " ".join(waste_answer(waste(0.0, 85.2)))
+    assert vllm_more.startswith("vLLM wasted more here") and "blocks of 128 tokens" in vllm_more
+
+
+def test_the_phases_answer_says_gained_or_lost_and_which_work_gained_more():
+    from lab.sentences import phases_answer
+
+    def fields(hf_decode, vllm_decode, vllm_prefill):
+        return {"decode": {"hf": {"gain": hf_decode}, "vllm": {"gain": vllm_decode}},
+                "prefill": {"hf": {"gain": 1.1}, "vllm": {"gain": vllm_prefill}}}
+
+    usual = " ".join(phases_answer(fields(1.8, 2.9, 1.2), 3))
+    odd = " ".join(phases_answer(fields(0.47, 0.9, 1.2), 3))
+    assert "HF gained 1.80x on decode-bound work" in usual and "Decode gained more" in usual
+    assert "HF gained less than vLLM" in usual
+    assert "HF lost: its tok/s fell to 0.47x on decode-bound work" in odd and "prefill gained as much" in odd

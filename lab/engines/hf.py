@@ -225,6 +225,18 @@ class HFEngine:
             logp = torch.log_softmax(self.model(input_ids=ids).logits[0, -1].float(), dim=-1)
         return float(logp[mine[at]] - logp[other[at]])
 
+    def time_per_token(self, prompt: tuple[int, ...], new_tokens: int, use_cache: bool) -> float:
+        """Seconds per output token of one greedy generate() of exactly ``new_tokens``, with its KV cache or
+        recomputing every past token at each step (the cache experiment; call while no batch runs)."""
+        torch = self.torch
+        ids = torch.tensor([list(prompt)], device=self.device)
+        with torch.inference_mode():
+            began = time.perf_counter()
+            self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                min_new_tokens=new_tokens, do_sample=False, use_cache=use_cache,
+                                pad_token_id=self.pad_id)
+            return (time.perf_counter() - began) / new_tokens
+
     def drain_samples(self) -> list[EngineSample]:
         return self._samples.drain()
 
