@@ -207,6 +207,20 @@ def cache_figure(result) -> go.Figure:
     return fig.update_yaxes(rangemode="tozero") if fig.data else fig
 
 
-FIGURES = {"cache": cache_figure, "waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
+def table_figure(result) -> go.Figure:
+    """vLLM's real block ids per request at every engine step: one colour per request, a block's row its id."""
+    fig = go.Figure()
+    steps = result.series.get("steps", [])
+    requests = list(dict.fromkeys(r for s in steps for r in s["tables"]))
+    for request, color in zip(requests, PALETTE * 4, strict=False):
+        points = [(s["step"], b) for s in steps for b in s["tables"].get(request, [])]
+        fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers", name=request,
+                                 marker=dict(color=color, symbol="square", size=6)))
+    title = "vLLM's block table, read from its KV cache manager (real block ids)"
+    return _layout(fig, title, "engine step", "physical block id")
+
+
+FIGURES = {"cache": cache_figure, "table": table_figure,
+           "waste": waste_figure, "blocks": blocks_check_figure, "prefix": prefix_figure,
            "phases": phases_figure, "preemption": preemption_figure, "sharing": sharing_figure,
            "memory": memory_figure, "why": ladder_figure}

@@ -301,3 +301,26 @@ def phases_answer(fields: dict, most: int) -> list[str]:
                  "On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
                  "were filled as fully as vLLM's.")
     return lines
+
+
+def table_answer(fields: dict) -> list[str]:
+    """What vLLM's real block ids showed: how many at once, scattered tables, reuse and sharing (measured)."""
+    lines = [f"Up to {fields['most_at_once']} requests held blocks at once, in a pool of {fields['num_blocks']} blocks "
+             f"of {fields['block_size']} tokens (ids read from vLLM after each of {fields['steps']} steps)."]
+    scattered = fields["non_contiguous"]
+    if scattered:
+        request, ids = next(iter(scattered.items()))
+        lines.append(f"{len(scattered)} request(s) held blocks that are not neighbours: {request} held {ids}. A block "
+                     f"table maps a request's logical blocks to whatever physical blocks were free.")
+    else:
+        lines.append("Every request's blocks happened to be neighbours here: the pool gave out free blocks in order.")
+    reused = fields["reused"]
+    if reused:
+        block, holders = next(iter(reused.items()))
+        lines.append(f"{len(reused)} block(s) served more than one request in turn: block {block} held by "
+                     f"{', then '.join(holders)}; a finished request's blocks go straight back to the pool.")
+    shared = fields["shared"]
+    if shared:
+        lines.append(f"{len(shared)} block(s) were held by several requests at once (up to {max(shared.values())}): "
+                     f"the shared prompt prefix, computed once and reused by prefix caching.")
+    return lines

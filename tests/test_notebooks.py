@@ -79,6 +79,9 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
         a, b = (float(namespace[name]["ratio"]["5"]) for name in ("summary", "exercise"))
         assert f"{'grew' if b > a else 'shrank'} from {a:.2f}x" in str(answers[1])
     if path.stem == "02_paged_attention":  # each answer's branch is the one its run's numbers call for
+        table = namespace["table"].fields  # ids read from vLLM's KV cache manager, not derived from token counts
+        assert "get_block_ids" in table["source"] and table["most_at_once"] >= 4
+        assert table["non_contiguous"] and table["reused"] and table["shared"]
         grew = growth(namespace["cache"].fields, "without cache")
         assert f"{grew:.1f}x" in str(answers[0])
         for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):

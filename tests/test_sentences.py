@@ -97,3 +97,20 @@ def test_the_phases_answer_says_gained_or_lost_and_which_work_gained_more():
     assert "HF gained 1.80x on decode-bound work" in usual and "Decode gained more" in usual
     assert "HF gained less than vLLM" in usual
     assert "HF lost: its tok/s fell to 0.47x on decode-bound work" in odd and "prefill gained as much" in odd
+
+
+def test_the_block_table_summary_and_answer_follow_the_ids_vllm_gave():
+    from lab.experiments.table import summarize
+    from lab.sentences import table_answer
+
+    steps = [{"step": 0, "tables": {"a": [1, 2], "b": [1, 3], "c": [4, 5]}, "shared": {"1": 2}},
+             {"step": 1, "tables": {"b": [1, 3, 6], "d": [2, 7]}, "shared": {}}]
+    fields = summarize({"steps": steps, "num_blocks": 16, "block_size": 32})
+    assert fields["most_at_once"] == 3 and fields["non_contiguous"] == {"b": [1, 3, 6], "d": [2, 7]}
+    assert fields["reused"] == {2: ["a", "d"]} and fields["shared"] == {1: 2}
+    text = " ".join(table_answer(fields))
+    assert "b held [1, 3, 6]" in text and "block 2 held by a, then d" in text and "up to 2" in text
+    tidy = " ".join(table_answer(summarize({"steps": steps[:1], "num_blocks": 16, "block_size": 32})))
+    assert "happened to be neighbours" not in tidy  # b's [1, 3] is scattered
+    alone = {"steps": [{"step": 0, "tables": {"a": [1, 2]}, "shared": {}}], "num_blocks": 8, "block_size": 32}
+    assert "happened to be neighbours" in " ".join(table_answer(summarize(alone)))

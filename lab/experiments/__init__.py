@@ -33,6 +33,7 @@ EXPERIMENTS = {
     "cache": "why a KV cache: ms per token with and without it as the sequence grows, and its bytes per token",
     "waste": "KV memory held vs holding real tokens: HF's contiguous batches against vLLM's blocks",
     "blocks": "vLLM's KV pool as a grid of blocks per request, derived and checked against vLLM's count",
+    "table": "vLLM's real block table: the block ids each request holds, freed, reused and shared, read from vLLM",
     "prefix": "a long shared block first vs last in the prompt: prefix-cache hit rate and TTFT",
     "phases": "prefill-bound vs decode-bound work at several user levels: what concurrency buys",
     "preemption": "a deliberately small KV pool under many users: vLLM's preemptions, against a normal pool",
