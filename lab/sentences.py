@@ -324,3 +324,28 @@ def table_answer(fields: dict) -> list[str]:
         lines.append(f"{len(shared)} block(s) were held by several requests at once (up to {max(shared.values())}): "
                      f"the shared prompt prefix, computed once and reused by prefix caching.")
     return lines
+
+
+# -- the sweeps and sharing notebooks (04, 06) --------------------------------------------------------------------
+def queue_answer(first: dict, last: dict, users: str) -> str:
+    """max_num_seqs at its smallest against its largest: did the queue show in TTFT more than in TPOT (measured)?"""
+    ttft = first[f"ttft_p50_s@{users}"] / last[f"ttft_p50_s@{users}"]
+    tpot = first[f"tpot_p50_s@{users}"] / last[f"tpot_p50_s@{users}"]
+    said = (f"At max_num_seqs={first['value']} TTFT p50 was {ttft:.1f}x and TPOT p50 {tpot:.1f}x what they were at "
+            f"{last['value']} (measured): ")
+    if ttft > tpot * 1.2:
+        return said + ("the queue cost first tokens more than the pace of a running answer: requests waited for "
+                       "whole answers before them, and the running one decoded at single-user speed.")
+    return said + ("the queue did not show in TTFT more than in TPOT here: with short answers the wait is short, and "
+                   "with every sequence admitted at once their prompts share one long first step. More users and "
+                   "longer answers (SMALL = False) make the queue show.")
+
+
+def fanout_answer(separate: dict) -> str:
+    """Whether four separate requests of one prompt found its blocks in the prefix cache (measured)."""
+    hit = separate["prefix_hit_tokens"]
+    if hit:
+        return (f"Four separate requests of the same prompt shared too: {hit} prompt tokens hit the prefix cache "
+                f"(in this vLLM, n=4 fans out into four requests that find the prompt's blocks there).")
+    return ("Four separate requests of the same prompt found nothing in the prefix cache here: each computed and held "
+            "the prompt's blocks itself.")

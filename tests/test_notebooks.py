@@ -90,6 +90,10 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
     if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
         hf = namespace["result"].fields["decode"]["hf"]["gain"]
         assert ("HF gained" if hf >= 1 else "HF lost") in str(answers[0])
+    if path.stem == "04_sweeps":  # the queue's answer is the one its own TTFT and TPOT call for
+        first, last, u = namespace["first"], namespace["last"], namespace["u"]
+        ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))
+        assert ("the queue cost first tokens more" if ttft > tpot * 1.2 else "did not show in TTFT") in str(answers[0])
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]

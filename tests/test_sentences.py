@@ -114,3 +114,15 @@ def test_the_block_table_summary_and_answer_follow_the_ids_vllm_gave():
     assert "happened to be neighbours" not in tidy  # b's [1, 3] is scattered
     alone = {"steps": [{"step": 0, "tables": {"a": [1, 2]}, "shared": {}}], "num_blocks": 8, "block_size": 32}
     assert "happened to be neighbours" in " ".join(table_answer(summarize(alone)))
+
+
+def test_the_queue_and_fanout_answers_follow_their_runs():
+    from lab.sentences import fanout_answer, queue_answer
+
+    def point(value, ttft, tpot):
+        return {"value": value, "ttft_p50_s@4": ttft, "tpot_p50_s@4": tpot}
+
+    assert "the queue cost first tokens more" in queue_answer(point(1, 3.7, 0.03), point(256, 0.09, 0.03), "4")
+    assert "did not show in TTFT" in queue_answer(point(1, 0.2, 0.03), point(256, 0.19, 0.03), "4")
+    assert fanout_answer({"prefix_hit_tokens": 384}).startswith("Four separate requests of the same prompt shared")
+    assert "found nothing in the prefix cache" in fanout_answer({"prefix_hit_tokens": 0})
