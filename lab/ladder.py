@@ -151,7 +151,7 @@ def decompose(tok_s: dict[str, list[float | None]], device: str) -> dict:
         {"total": Factor hf -> vllm or None, "factors": chain factors, "sides": side factors, "product": the
         chain factors' product}, each Factor as a dict.
     """
-    ran = [n for n in CHAIN if paired(tok_s, n, n)]
+    ran = [n for n in CHAIN if any(tok_s.get(n, []))]
     steps = [factor(tok_s, lo, up, step_mechanism(lo, up, device), True) for lo, up in zip(ran, ran[1:], strict=False)]
     sides = [factor(tok_s, base, side, RUNGS[side].mechanism, False) for side, base in SIDES.items()]
     total = factor(tok_s, "hf", "vllm", "everything vLLM adds to HF's baseline", False)

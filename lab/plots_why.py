@@ -16,9 +16,14 @@ CHAIN_COLOR, SIDE_COLOR = "#17bebb", "#a5668b"
 
 
 def ladder_figure(result) -> go.Figure:
+    """The figure of a ladder's result (an ExperimentResult, live or ended)."""
+    return fields_figure(result.fields)
+
+
+def fields_figure(fields: dict) -> go.Figure:
     """Bars of each rung that ran (geometric mean over its repeats, whiskers to the lowest and highest), the
-    chain's factors written between neighbouring rungs."""
-    fields, fig = result.fields, go.Figure()
+    chain's factors written between neighbouring rungs, from explain.json's fields (a stored ladder's too)."""
+    fig = go.Figure()
     ran = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
     if ran:
         names, means = list(ran), [geo_mean(v) for v in ran.values()]

@@ -120,7 +120,7 @@ def ratio_caption(summary: dict, base: str = "hf", top: str = "vllm") -> str:
     """Under the load test's ratio plot: each level's ratio beside the two engines' median time per output token,
     and what a level of that size can and cannot hold (summary.json's ``runs`` and ``ratio``)."""
     ratios = (summary.get("ratios") or {}).get(top) or summary.get("ratio") or {}
-    lines = [_level_line(int(users), ratio, summary.get("runs", []), base, top)
+    lines = [_level_line(int(users), ratio, summary, base, top)
              for users, ratio in sorted(ratios.items(), key=lambda kv: int(kv[0])) if ratio]
     if not lines:
         return ""
@@ -128,10 +128,9 @@ def ratio_caption(summary: dict, base: str = "hf", top: str = "vllm") -> str:
         "\n\nWhich mechanism makes up the ratio is measured on the **Why** tab.")
 
 
-def _level_line(users: int, ratio: float, runs: list[dict], base: str, top: str) -> str:
-    def step_ms(engine: str) -> float | None:
-        found = sorted(r["tpot_s"]["p50"] for r in runs if r["engine"] == engine and r["users"] == users
-                       and r.get("tpot_s", {}).get("p50") is not None)
+def _level_line(users: int, ratio: float, summary: dict, base: str, top: str) -> str:
+    def step_ms(engine: str) -> float | None:  # the upper median of the repeats' TPOT p50
+        found = sorted(per_repeat(summary, engine, users, "tpot_s"))
         return found[len(found) // 2] * 1000 if found else None
 
     low, high = step_ms(base), step_ms(top)
@@ -203,7 +202,7 @@ def load_facts(rows: list[dict], users: int, base: str, top: str, summary: dict)
 
 
 def runs_answer(first: dict, second: dict, users: int, names: tuple[str, str]) -> list[str]:
-    """Two runs' ratios at one level, whether the change is beyond the repeats' spread, and each run's padding."""
+    """Two runs' ratios at one level, and whether the change is beyond the repeats' spread."""
     a, b = (float(s["ratio"][str(users)]) for s in (first, second))
     spreads = [s.get("spread", {}).get("ratio", {}).get(str(users)) for s in (first, second)]
     overlap = all(spreads) and spreads[0]["low"] <= spreads[1]["high"] and spreads[1]["low"] <= spreads[0]["high"]

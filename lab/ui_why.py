@@ -18,7 +18,7 @@ from lab.experiments import parse_params
 from lab.experiments.why import PRESET_WORDS, PRESETS
 from lab.host import LabHost
 from lab.ladder import RUNGS
-from lab.plots_why import ladder_figure
+from lab.plots_why import fields_figure, ladder_figure
 from lab.store import list_experiments
 from lab.ui_timer import redraw_on_change, run_cancel_lines
 
@@ -48,13 +48,6 @@ def factors_table(fields: dict) -> pd.DataFrame:
              "in product": "yes" if f["in_product"] else "side"}
             for f in fields.get("factors", []) + fields.get("sides", [])]
     return pd.DataFrame(rows, columns=["step", "factor", "repeats", "mechanism", "in product"])
-
-
-class _Stored:
-    """A stored ladder as the figure and caption read it."""
-
-    def __init__(self, data: dict):
-        self.fields, self.experiment_id = data, data.get("experiment_id", "")
 
 
 # -- handlers ----------------------------------------------------------------------------------------
@@ -113,7 +106,7 @@ class WhyHandlers:
                     None)
         if data is None:
             return gr.skip(), "No such stored ladder.", gr.skip()
-        return ladder_figure(_Stored(data)), data.get("caption", ""), factors_table(data)
+        return fields_figure(data), data.get("caption", ""), factors_table(data)
 
 
 # -- layout and wiring -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 
 from lab.config import EngineConfig
 from lab.engines.base import GenRequest
-from lab.engines.vllm import engine_kwargs, shut_down
+from lab.engines.vllm import VLLMEngine, shut_down
 
 
 class OfflineVLLM:
@@ -25,12 +25,10 @@ class OfflineVLLM:
 
     async def start(self) -> dict:
         """Start vLLM's LLM (its engine core in a process of its own); returns its engine args."""
-        from lab.engines.vllm import VLLMEngine
-
-        kwargs = engine_kwargs(self.config, self.model_path)
-        VLLMEngine(self.config, self.model_path)._prepare()  # the same environment and block-size rule
-        kwargs["disable_log_stats"] = True
         from vllm import LLM
+
+        kwargs, _ = VLLMEngine(self.config, self.model_path)._prepare()  # the lab's args, environment, block rule
+        kwargs["disable_log_stats"] = True
 
         self.llm = await asyncio.to_thread(LLM, **kwargs)
         self.args = {k: v for k, v in kwargs.items() if k != "model"} | {

@@ -23,13 +23,15 @@ from lab.engines import create_engine
 from lab.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
 from lab.load.driver import run_users
 from lab.load.workloads import longest_request, make_requests
+from lab.memory import model_kv_bytes_per_token
 from lab.metrics import summarize
 from lab.metrics.kv import blocks_for
+from lab.runs import SETTLE_S
 from lab.session import through_cancel
 
 log = logging.getLogger(__name__)
 ENGINES = ("hf", "vllm")  # what the session should hold; the other rungs start here
-SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: the next rung waits it out
+VLLM_RUNGS = (*VLLM_ENGINES, "offline")  # rungs whose engine is a vLLM: started first, on a CPU settled after
 COMPILE_BOUND_S = 300.0  # hf-compiled's warm-up (its compiles) may take this long; past it the rung is dropped
 
 
@@ -122,8 +124,7 @@ def preset_config(params: Params, config, per_token: int):
 async def run(session, params: Params, result, notify) -> None:
     """Start the rungs, run them in turns, fill the factors after every turn; stop what was started here."""
     device = session.check.device
-    per_token = session.info[next(iter(session.info))].kv_bytes_per_token if session.info else None
-    per_token = per_token or _per_token(session)
+    per_token = model_kv_bytes_per_token(session.check.model_path, session.config.resolved_dtype())
     config = preset_config(params, session.config, per_token)
     load = params.load(config)
     result.fields.update(_head(params, device, load, budget(params, session.config, per_token)))
@@ -154,12 +155,6 @@ async def stop_pool(pool: dict) -> None:
     pool.clear()
 
 
-def _per_token(session) -> int:
-    from lab.memory import model_kv_bytes_per_token
-
-    return model_kv_bytes_per_token(session.check.model_path, session.config.resolved_dtype())
-
-
 def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
     return {"preset": params.preset, "preset_words": PRESET_WORDS[params.preset], "device_kind": device,
             "load": {"users": load.users, "requests_per_user": load.requests_per_user, "workload": load.workload,
@@ -171,7 +166,7 @@ def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
 async def _start_rungs(session, params, config, device, rungs, pool, result, notify) -> None:
     """Each rung's engine: the session's where its settings match, else a new one (vLLM first)."""
     asked = check_rungs(params.rung_names())
-    order = sorted(RUNGS, key=lambda n: 0 if RUNGS[n].engine in (*VLLM_ENGINES, "offline") else 1)
+    order = sorted(RUNGS, key=lambda n: 0 if RUNGS[n].engine in VLLM_RUNGS else 1)
     for name in order:
         reason = skip_reason(name, device, asked)
         entry = result.fields["rungs"][name] = {"label": RUNGS[name].label, "engine": RUNGS[name].engine,
@@ -215,7 +210,7 @@ def _beside_the_others(config, engine: str, model_path: str):
     """A vLLM rung on CUDA with a set KV budget asks for the share of the card it takes (weights + pool + 3 GiB of
     activations and graphs), not gpu_memory_utilization's: vLLM refuses to start unless that share is free, and
     the ladder holds several vLLMs and HF models on one card at once."""
-    if engine not in (*VLLM_ENGINES, "offline") or config.resolved_device() != "cuda" or config.kv_cache_gib is None:
+    if engine not in VLLM_RUNGS or config.resolved_device() != "cuda" or config.kv_cache_gib is None:
         return config
     from lab.environment import read_device
     from lab.model import weights_bytes
@@ -287,7 +282,7 @@ async def _turn(name, engine, requests, users, repeat, params, result, notify, d
                         "tpot_p50_ms": entry["tpot_ms"][-1], "peak_running": peak})
     fill(None, result)
     notify(result)
-    if RUNGS[name].engine in (*VLLM_ENGINES, "offline") and device == "cpu":
+    if RUNGS[name].engine in VLLM_RUNGS and device == "cpu":
         await asyncio.sleep(SETTLE_S)
 
 
