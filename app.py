@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 from lab import LOG_FORMAT
-from lab.__main__ import add_engine_args, engine_config_from
 from lab.model import EMBEDDED_PACKAGE, EMBEDDED_PACKAGE_PIN
+from lab.options import add_engine_args, add_engines_arg, engine_config_from, engines_from
 
 log = logging.getLogger("app")
 
@@ -39,7 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0" if on_space else "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--share", action="store_true", help="also open a public Gradio link")
-    parser.add_argument("--engines", default="hf,vllm", help="comma list of hf,vllm,hf-cb,vllm-engine")
+    add_engines_arg(parser)
     add_engine_args(parser)
     args = parser.parse_args(argv)
     if args.model is None:
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     from lab.ui import build_app
 
     try:
-        host = RemoteHost(engine_config_from(args), tuple(e.strip() for e in args.engines.split(",") if e.strip()))
+        host = RemoteHost(engine_config_from(args), engines_from(args))
     except (ValueError, HostGone) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 from bench.paired import MIN_ROUNDS, interval_text, rotated
-from lab.__main__ import add_engine_args
 from lab.metrics import Spread, tok_s_spreads
+from lab.options import add_engine_args
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import lab.host_process as host_process
 from bench.redraw_cost import STEP_S, made_up_run
-from lab.__main__ import add_engine_args, engine_config_from
 from lab.config import LoadConfig, RunPlan, parse_users
 from lab.mirror import apply_run, holding, run_part
+from lab.options import add_engine_args, engine_config_from
 
 
 class TimedCut:

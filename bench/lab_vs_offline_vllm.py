@@ -28,8 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.paired import geometric_interval, interval_text, turn_order
-from lab.__main__ import add_engine_args, engine_config_from
 from lab.config import EngineConfig, LoadConfig, RunPlan
+from lab.options import add_engine_args, engine_config_from
 from lab.runs import level_requests, warmup_requests
 from lab.session import LabSession, settle_heap
 

@@ -34,46 +34,29 @@ import sys
 from lab import LOG_FORMAT
 from lab.config import (
     API_KEY_ENV,
-    DEFAULT_ENGINES,
-    DTYPES,
     MAX_REPEATS,
     MAX_REQUESTS,
     MAX_USERS,
-    SHORT_NAMES,
     EngineConfig,
     LoadConfig,
     RunPlan,
-    decimal,
-    parse_endpoint,
     parse_slo,
     parse_users,
-    whole,
 )
+from lab.engines import registry
 from lab.experiments import EXPERIMENTS
 from lab.ladder import RUNGS
 from lab.load.workloads import WORKLOADS
 from lab.metrics import ratio_pairs, ratio_spreads
+from lab.options import add_engine_args, add_engines_arg, engine_config_from, engines_from, number_arg, whole_arg
 from lab.status import RunStatus
 from lab.sweeps import KNOBS
 
 log = logging.getLogger("lab")
 
 
-def whole_arg(text: str) -> int:
-    """argparse's type for whole-number options: lab.config's rule (the page's too), so '1.5', '' and '１' are
-    refused by name (exit 2) instead of rounded or read as another script's digits."""
-    try:
-        return whole(text, "option")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give a whole number, not {text!r}") from None
 
 
-def number_arg(text: str) -> float:
-    """argparse's type for decimal options: lab.config's rule ('nan', 'inf' and text refused by name, exit 2)."""
-    try:
-        return decimal(text, "option")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give a finite number, not {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
-    bench.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
-                       help="comma list of hf,vllm,hf-cb,vllm-engine; openai (with --base-url) or endpoint names")
+    add_engines_arg(bench)
     bench.add_argument("--rate", type=number_arg, default=None,
                        help="open loop: requests per second, sent on schedule; --users is then the cap in flight")
     bench.add_argument("--arrival", default="poisson", choices=("poisson", "constant", "gamma"),
@@ -112,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--verbose", action="store_true")
     check = sub.add_parser("check", help="do HF and vLLM compute the same greedy text? (exit 1 if not)")
     check.add_argument("--json", action="store_true", help="print the agreement as JSON")
-    check.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
+    add_engines_arg(check)
     add_engine_args(check)
     exp = sub.add_parser("experiment", help="run one KV-cache experiment (why paged KV wins)")
     exp.add_argument("name", help="one of: " + ", ".join(EXPERIMENTS))
@@ -145,64 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(serve)
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
-    env.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
+    add_engines_arg(env)
     env.add_argument("--app", default=None, metavar="URL",
                      help="ask a running app instead (e.g. http://127.0.0.1:7860): its engines' health too")
     return parser
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """Engine options shared by the CLI and app.py."""
-    parser.add_argument("--model", default=None, help="local HF folder or hub id (default: embedded SmolLM2)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
-                        help="auto: bfloat16, or float32 on a CPU without native bf16 (AVX512_BF16 or AMX)")
-    parser.add_argument("--max-model-len", type=whole_arg, default=2048)
-    parser.add_argument("--gpu-memory-utilization", type=number_arg, default=0.5,
-                        help="vLLM's share of the GPU's TOTAL memory (not of free memory)")
-    parser.add_argument("--kv-cache-gib", type=number_arg, default=None,
-                        help="vLLM KV budget (CPU default 0.25, 0.5 in float32)")
-    parser.add_argument("--block-size", type=whole_arg, default=None, help="vLLM KV block size in tokens")
-    parser.add_argument("--max-num-seqs", type=whole_arg, default=256)
-    parser.add_argument("--hf-max-batch-size", type=whole_arg, default=32)
-    parser.add_argument("--enforce-eager", action="store_true", default=None,
-                        help="vLLM without CUDA graphs / compile (always on for CPU)")
-    parser.add_argument("--load-format", default="auto", choices=("auto", "dummy"),
-                        help="dummy: random weights of the model's shape (config + tokenizer folder)")
-    parser.add_argument("--cpu-attention", default="auto", choices=("auto", "amx", "vec"),
-                        help="vLLM's CPU attention kernel: auto = vec on AMX CPUs in bf16 (AMX gave wrong text)")
-    parser.add_argument("--hf-cudnn-sdp", action="store_true",
-                        help="keep PyTorch's cuDNN attention for HF (naive CUDA default; slower per shape)")
-    parser.add_argument("--base-url", default=None, metavar="URL",
-                        help="an OpenAI-compatible server to load-test as engine 'openai' (e.g. http://127.0.0.1:8000)")
-    parser.add_argument("--endpoint", action="append", default=[], metavar="NAME=URL",
-                        help="another server as engine NAME (repeat to compare servers)")
-    parser.add_argument("--served-model-name", default=None, help="the model name the server(s) serve")
-    parser.add_argument("--api-key", default=None, help=f"the servers' API key (default: ${API_KEY_ENV})")
 
 
-def engine_config_from(args: argparse.Namespace) -> EngineConfig:
-    """An EngineConfig from parsed CLI options."""
-    return EngineConfig(
-        model=args.model, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_gib=args.kv_cache_gib,
-        block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-        hf_max_batch_size=args.hf_max_batch_size, hf_cudnn_sdp=args.hf_cudnn_sdp,
-        load_format=args.load_format, enforce_eager=args.enforce_eager, cpu_attention=args.cpu_attention,
-        endpoints=endpoints_from(args),
-    )
 
 
-def endpoints_from(args: argparse.Namespace) -> tuple:
-    """--base-url and each --endpoint as Endpoints, with the served model name and the API key."""
-    key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    texts = ([args.base_url] if args.base_url else []) + list(args.endpoint)
-    return tuple(parse_endpoint(text, args.served_model_name, key) for text in texts)
 
 
 def plan_from(args: argparse.Namespace) -> RunPlan:
     """A validated RunPlan from parsed CLI options (ValueError on bad input)."""
-    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    engines = engines_from(args)
     requests = args.requests_per_user
     if requests is None and args.duration is None:
         requests = 2
@@ -283,7 +222,7 @@ def format_table(result) -> str:
 
 def short_name(engine: str) -> str:
     """An engine's name in the CLI's ratio lines (the plots' short labels; endpoints keep their names)."""
-    return SHORT_NAMES.get(engine, engine)
+    return registry.label(engine)
 
 
 def say_failure(what: str, exc: Exception) -> None:
@@ -344,9 +283,6 @@ async def agree(config: EngineConfig, engines: tuple[str, ...], check, as_json: 
         await session.stop()
 
 
-def engines_from(args: argparse.Namespace) -> tuple[str, ...]:
-    """The --engines list as a tuple of names."""
-    return tuple(e.strip() for e in args.engines.split(",") if e.strip())
 
 
 def run_env(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-ENGINE_NAMES = ("hf", "vllm", "hf-cb", "vllm-engine")  # every engine the lab knows
-DEFAULT_ENGINES = ("hf", "vllm")  # what loads unless --engines says otherwise (hf-cb: a third model copy)
-PAGED_ENGINES = ("vllm", "hf-cb", "vllm-engine")  # engines whose KV lives in blocks (usage = 1 - free / total)
-VLLM_ENGINES = ("vllm", "vllm-engine")  # vLLM served (AsyncLLM) and vLLM's own step loop: each its own pool
-SHORT_NAMES = {"hf": "HF", "vllm": "vLLM", "hf-cb": "HF-CB", "vllm-engine": "vLLM-engine"}  # in ratios and legends
-ENDPOINT_ENGINE = "openai"  # an OpenAI-compatible server (lab.engines.openai); more endpoints get their own names
+from lab.engines import registry
+from lab.engines.registry import ENDPOINT
+from lab.load.arrivals import ARRIVALS
+from lab.load.workloads import WORKLOADS, longest_request
+
+ENDPOINT_ENGINE = ENDPOINT  # an OpenAI-compatible server (lab.engines.openai); more endpoints get their own names
 API_KEY_ENV = "OPENAI_API_KEY"  # where --api-key is read from when not given (never logged or stored)
 CPU_ATTENTION = ("auto", "amx", "vec")
 DTYPES = ("bfloat16", "float16", "float32")
@@ -59,9 +59,9 @@ class Endpoint:
             raise ValueError("endpoint URL: put no user or password in it (results store the URL); give the key "
                              "in the API key field (--api-key on the CLI)")
         object.__setattr__(self, "base_url", server_url(self.base_url))
-        if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", self.name) or self.name in ENGINE_NAMES:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,31}", self.name) or self.name in registry.names():
             raise ValueError(f"endpoint name {self.name!r}: use up to 32 lower-case letters, digits, '-', '_' or "
-                             f"'.', other than the in-process engines ({', '.join(ENGINE_NAMES)})")
+                             f"'.', other than the in-process engines ({', '.join(registry.names())})")
         if self.timeout_s <= 0:
             raise ValueError(f"endpoint timeout must be positive, not {self.timeout_s}")
 
@@ -128,7 +128,7 @@ class EngineConfig:
             shape (speed and memory are measured faithfully, the text is noise) for a model folder
             that holds only config and tokenizer files.
         endpoints: OpenAI-compatible servers that run as engines beside the in-process ones (their names
-            join ENGINE_NAMES in a plan). The model above gives the tokenizer the lab builds requests with.
+            join the registry's engines in a plan). The model above gives the tokenizer the lab builds requests with.
     """
 
     model: str | None = None
@@ -231,7 +231,7 @@ class EngineConfig:
 
     def engine_names(self) -> tuple[str, ...]:
         """Every engine this config can run: the in-process ones and its endpoints."""
-        return ENGINE_NAMES + tuple(e.name for e in self.endpoints)
+        return registry.names() + tuple(e.name for e in self.endpoints)
 
     def endpoint(self, name: str) -> Endpoint | None:
         """The endpoint called ``name``, if any."""
@@ -286,8 +286,6 @@ class LoadConfig:
     slo: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        from lab.load.workloads import WORKLOADS
-
         self.check_open_loop()
         if not self.users:
             raise ValueError("users: give at least one user level, e.g. 1,5,10,20")
@@ -315,8 +313,6 @@ class LoadConfig:
 
     def check_open_loop(self) -> None:
         """Rate, arrival process, burstiness and SLO names and limits."""
-        from lab.load.arrivals import ARRIVALS
-
         if self.rate is not None and not 0 < self.rate <= MAX_RATE:
             raise ValueError(f"rate must be above 0 and at most {MAX_RATE} requests per second, not {self.rate}")
         if self.arrival not in ARRIVALS:
@@ -357,7 +353,7 @@ class LoadConfig:
 class RunPlan:
     """A run: every chosen engine at every user level of one load config."""
 
-    engines: tuple[str, ...] = DEFAULT_ENGINES
+    engines: tuple[str, ...] = field(default_factory=registry.default_names)
     load: LoadConfig = field(default_factory=LoadConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
@@ -375,8 +371,6 @@ class RunPlan:
 
     def check_lengths(self) -> None:
         """The max_model_len wall, checked for the workload's longest request before anything loads."""
-        from lab.load.workloads import longest_request
-
         load, limit = self.load, self.engine.max_model_len
         prompt, output = longest_request(load.workload, load.output_len)
         if prompt + output > limit:

@@ -11,7 +11,6 @@ from typing import Any
 
 from lab.config import (
     MAX_REPEATS,
-    VLLM_ENGINES,
     EngineConfig,
     LoadConfig,
     RunPlan,
@@ -20,6 +19,7 @@ from lab.config import (
     parse_users,
     whole,
 )
+from lab.engines import registry
 from lab.environment import GIB
 from lab.plots import (
     kv_tokens_figure,
@@ -152,7 +152,7 @@ def environment_markdown(env: dict) -> str:
     for name, engine in env["engines"].items():
         held = engine["memory_bytes"]
         held_text = f"{held / 2**20:.0f} MiB" if held else "?"
-        what = "KV-cache budget" if name in VLLM_ENGINES else "weights"
+        what = "KV-cache budget" if registry.spec(name).kv_pool else "weights"
         health = _health_words(env.get("health", {}).get(name))
         line = f"**{name}** ({health}): {engine['attention']}; holds {held_text} of {what}"
         if engine["kv_total_blocks"]:

@@ -11,6 +11,11 @@ from dataclasses import asdict, dataclass, field
 GIB = 1024**3
 
 
+def gib(n: float) -> str:
+    """Bytes as 'x.xx GiB'."""
+    return f"{n / GIB:.2f} GiB"
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """One device's identity and memory, read when asked."""

@@ -8,14 +8,14 @@ and checks that what is left holds the HF model too. On CPU the same check runs 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
+from lab.config import EngineConfig, RunPlan
+from lab.engines import registry
 from lab.engines.base import DTYPE_BYTES, kv_bytes_per_token
 from lab.engines.vllm import kv_budget_bytes
-from lab.environment import GIB, DeviceInfo, read_device
+from lab.environment import GIB, DeviceInfo, gib
 from lab.load.workloads import longest_request
 
 SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
@@ -55,38 +55,6 @@ def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
         return None
 
 
-def gib(n: float) -> str:
-    """Bytes as 'x.xx GiB'."""
-    return f"{n / GIB:.2f} GiB"
-
-
-ASKED = re.compile(r"tried to allocate\s+([\d.]+)\s*(bytes|KiB|MiB|GiB)", re.IGNORECASE)
-UNITS = {"bytes": 1, "kib": 1024, "mib": 1024**2, "gib": GIB}
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch's CUDA OutOfMemoryError, Python's MemoryError, or the CPU allocator's refusal."""
-    text = str(exc).lower()
-    return (type(exc).__name__ == "OutOfMemoryError" or isinstance(exc, MemoryError)
-            or "can't allocate memory" in text or "out of memory" in text)
-
-
-def asked_bytes(message: str) -> int | None:
-    """The allocation an out-of-memory message names ('Tried to allocate 2.00 GiB', '... 123 bytes')."""
-    found = ASKED.search(message)
-    return int(float(found.group(1)) * UNITS[found.group(2).lower()]) if found else None
-
-
-def failure_words(engine: str, exc: BaseException, device: str, batch: int) -> str:
-    """An engine's failed batch in plain words; out of memory names what was asked for and what was free."""
-    if not is_out_of_memory(exc):
-        return f"{engine} failed a batch of {batch} requests: {type(exc).__name__}: {exc}"
-    asked = asked_bytes(str(exc))
-    return (f"{engine} ran out of memory on {device} with a batch of {batch} requests: it asked for "
-            f"{gib(asked) if asked else 'more memory'} and {gib(read_device(device).free_bytes)} was free "
-            f"(lower the users, the output length or the batch size)")
-
-
 def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ...],
                 weights_bytes: int | None, kv_per_token: int | None) -> MemoryPlan:
     """Check that the chosen engines fit, before anything loads.
@@ -108,7 +76,7 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     notes = []
     hf_kv = (config.hf_max_batch_size * config.max_model_len * kv_per_token) if kv_per_token else None
     vllm_bytes = kv_tokens = kv = None
-    vllm_count = sum(name in VLLM_ENGINES for name in engines)  # vllm and vllm-engine: a pool each
+    vllm_count = len(registry.with_pool(engines))  # vllm and vllm-engine: a pool each
     if vllm_count:
         kv = kv_budget_bytes(config)
         if kv is not None:

@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from lab.config import SHORT_NAMES
+from lab.engines.registry import ENGINES
+from lab.engines.registry import label as short_label
 from lab.metrics import (
     TRUSTED_REQUESTS,
     Spread,
@@ -25,11 +26,9 @@ from lab.metrics import (
 from lab.metrics.kv import used_blocks
 from lab.runs import RunResult
 
-ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, continuous)",
-                 "hf-cb": "HF continuous batching (paged)", "vllm-engine": "vLLM engine loop (no async front end)"}
-# where a legend names several lines per engine
-SHORT_LABELS = SHORT_NAMES
-ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb", "hf-cb": "#f3a712", "vllm-engine": "#0b6e69"}
+ENGINE_LABELS = {n: s.description for n, s in ENGINES.items() if s.in_process}  # a legend with several lines per engine
+
+ENGINE_COLORS = {n: s.color for n, s in ENGINES.items() if s.in_process}
 FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
                   "(the served engine streams every token through it)")
 RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}
@@ -53,7 +52,7 @@ LOOK = go.layout.Template(layout=dict(font=dict(color="#2a3f5f"), paper_bgcolor=
 
 
 def _short(engine: str) -> str:
-    return SHORT_LABELS.get(engine, engine)
+    return short_label(engine)
 
 
 def _label(engine: str) -> str:
@@ -202,7 +201,7 @@ def kv_tokens_figure(result: RunResult) -> go.Figure:
         series = _kv_series(result, engine)
         if not series:
             continue
-        label, color = SHORT_LABELS.get(engine, engine), ENGINE_COLORS.get(engine)
+        label, color = short_label(engine), ENGINE_COLORS.get(engine)
         xs = [row[0] - result.origin_s for row in series]
         fig.add_trace(step_line(xs, [row[1] for row in series], name=f"{label}: held", line=dict(color=color)))
         fig.add_trace(step_line(xs, [row[2] for row in series], name=f"{label}: real tokens",
@@ -225,7 +224,7 @@ def queue_figure(result: RunResult) -> go.Figure:
         if not samples:
             continue
         xs = [s.time_s - result.origin_s for s in samples]
-        color, label = ENGINE_COLORS.get(engine), SHORT_LABELS.get(engine, engine)
+        color, label = ENGINE_COLORS.get(engine), short_label(engine)
         fig.add_trace(step_line(xs, [s.running for s in samples], name=f"{label}: running", line=dict(color=color)))
         fig.add_trace(step_line(xs, [s.waiting for s in samples], name=f"{label}: waiting",
                                 line=dict(color=color, dash="dot")))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.config import DEFAULT_ENGINES, EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class DemoPreset:
         """The validated RunPlan (both engines) on ``config``."""
         load = LoadConfig(users=parse_users(self.users), workload=self.workload,
                           output_len=self.output_len or None, requests_per_user=self.requests_per_user)
-        return RunPlan(engines=DEFAULT_ENGINES, load=load, engine=config)
+        return RunPlan(load=load, engine=config)
 
 
 WORKSHOP_DEMO = {

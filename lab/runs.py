@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from lab.config import VLLM_ENGINES, RunPlan
+from lab.config import RunPlan
+from lab.engines import registry
 from lab.engines.base import Engine, EngineFault, EngineInfo, EngineSample, GenRequest
 from lab.load.arrivals import schedule_s
 from lab.load.driver import RequestRecord, run_open, run_users
@@ -231,7 +232,7 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
     try:
         for users, repeat, name in level_order(plan):
             engine = engines[name]
-            if last_engine in VLLM_ENGINES and name != last_engine:
+            if last_engine and registry.spec(last_engine).kv_pool and name != last_engine:
                 await asyncio.sleep(SETTLE_S)
             if not engine.alive():  # before anything is sent: a dead vLLM answers with a bare EngineDeadError
                 raise EngineFault(f"{engine.fault()}, before the {users}-user level of {name}")

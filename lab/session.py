@@ -26,8 +26,8 @@ from lab.agreement import (
     skipped,
     with_tie_gaps,
 )
-from lab.config import VLLM_ENGINES, EngineConfig, RunPlan
-from lab.engines import create_engine
+from lab.config import EngineConfig, RunPlan
+from lab.engines import create_engine, registry
 from lab.engines.base import Engine, EngineInfo
 from lab.environment import read_device, versions
 from lab.load.driver import complete_ids
@@ -65,7 +65,7 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
     """
     model_path = resolve_model(config.model)
     device = config.resolved_device()
-    if any(name in VLLM_ENGINES for name in engines):
+    if registry.with_pool(engines):
         config.check_block_size()
     for endpoint in (config.endpoint(name) for name in engines):
         if endpoint is not None:
@@ -141,7 +141,7 @@ class LabSession:
 
         say(f"loading tokenizer of {self.check.model}")
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.check.model_path)
-        order = sorted(self.engine_names, key=lambda n: 0 if n in VLLM_ENGINES else 1)  # vLLM takes its share first
+        order = sorted(self.engine_names, key=lambda n: not registry.spec(n).kv_pool)  # vLLM takes its share first
         for index, name in enumerate(order, 1):
             say(f"starting engine {index}/{len(order)}: {name} ({self.check.model} on {self.check.device})")
             engine = create_engine(name, self.config, self.check.model_path)
@@ -192,7 +192,7 @@ class LabSession:
 
     async def _answers(self, name: str, requests: list) -> list[list[int]]:
         engine = self.engines[name]
-        if name == "hf":  # a static batch would left-pad them
+        if registry.spec(name).static_batch:  # it would left-pad them
             return [await complete_ids(engine, r) for r in requests]
         return list(await asyncio.gather(*(complete_ids(engine, r) for r in requests)))
 
@@ -225,7 +225,7 @@ class LabSession:
         if name not in self.engines:
             return 0
         memory = self.check.memory
-        each_vllm = (memory.vllm_bytes or 0) // max(1, sum(n in VLLM_ENGINES for n in self.engine_names))
+        each_vllm = (memory.vllm_bytes or 0) // max(1, len(registry.with_pool(self.engine_names)))
         return {"hf": memory.hf_bytes, "hf-cb": memory.hf_cb_bytes}.get(name, each_vllm) or 0
 
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:

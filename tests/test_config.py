@@ -188,7 +188,7 @@ def test_cuda_block_sizes_are_the_backends_16_or_32():
 
 
 def test_an_engine_out_of_memory_names_what_it_asked_for_and_what_was_free():
-    from lab.memory import asked_bytes, failure_words
+    from lab.engines.failures import asked_bytes, failure_words
 
     cpu = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 3221225472 bytes. "
                        "Error code 12 (Cannot allocate memory)")

@@ -256,7 +256,7 @@ class HFEngine:
                 self._run_batch(slots)
             except Exception as exc:
                 log.exception("HF batch failed")
-                from lab.memory import failure_words
+                from lab.engines.failures import failure_words
 
                 self._fault = failure_words("HF", exc, self.config.resolved_device(), len(slots))
                 for slot in slots:

@@ -137,7 +137,7 @@ class HFCBEngine:
             return "HF continuous batching is not started"
         fatal = self._fatal()
         if fatal is not None:
-            from lab.memory import failure_words
+            from lab.engines.failures import failure_words
 
             return failure_words("HF-CB", fatal, self.config.resolved_device(), len(self._in_flight))
         return None if self._manager.is_running() else "HF continuous batching's thread stopped"

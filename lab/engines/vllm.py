@@ -265,7 +265,7 @@ def exit_words(code: int) -> str:
 
 def choose_cpu_attention(config: EngineConfig) -> str:
     """Steer the lab's vLLM plugin (set before vLLM starts its processes); returns what was chosen, in words."""
-    from lab.engines import vllm_plugin
+    import lab.engines.vllm_plugin as vllm_plugin
 
     isa = config.vllm_cpu_attention_isa()
     os.environ.pop(vllm_plugin.ENV, None)

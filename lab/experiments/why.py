@@ -18,8 +18,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from lab.config import MAX_REPEATS, VLLM_ENGINES, LoadConfig
-from lab.engines import create_engine
+from lab.config import MAX_REPEATS, LoadConfig
+from lab.engines import create_engine, registry
 from lab.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
 from lab.load.driver import run_users
 from lab.load.workloads import longest_request, make_requests
@@ -31,7 +31,8 @@ from lab.session import through_cancel
 
 log = logging.getLogger(__name__)
 ENGINES = ("hf", "vllm")  # what the session should hold; the other rungs start here
-VLLM_RUNGS = (*VLLM_ENGINES, "offline")  # rungs whose engine is a vLLM: started first, on a CPU settled after
+# rungs whose engine is a vLLM: started first, on a CPU settled after
+VLLM_RUNGS = (*registry.with_pool(registry.names()), "offline")
 COMPILE_BOUND_S = 300.0  # hf-compiled's warm-up (its compiles) may take this long; past it the rung is dropped
 
 

@@ -12,7 +12,7 @@ import bisect
 import itertools
 from collections.abc import Sequence
 
-from lab.config import PAGED_ENGINES
+from lab.engines import registry
 from lab.engines.base import EngineSample
 from lab.load.driver import RequestRecord
 
@@ -143,7 +143,7 @@ def held_series(engine: str, samples: Sequence[EngineSample], records: Sequence[
     """(time, held tokens, real tokens, ...) of one engine's level: vLLM's from its blocks
     (vllm_usage_series), HF's from its bytes (hf_usage_series; none without its bytes per token). A server
     whose /metrics gave block usage counts as paged."""
-    if engine in PAGED_ENGINES or any(s.kv_usage is not None for s in samples):  # blocks: vLLM's own statistic
+    if registry.spec(engine).paged or any(s.kv_usage is not None for s in samples):  # blocks: vLLM's own statistic
         return vllm_usage_series(samples, records)
     return hf_usage_series(samples, bytes_per_token) if bytes_per_token else []
 
