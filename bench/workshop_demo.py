@@ -1,7 +1,7 @@
 """How the Load test tab's "Workshop demo" preset was chosen: candidate short tests side by side, one session.
 
 Loads both engines once (the app's default config for this device), runs every candidate form (the
-preset of lab.dashboard.WORKSHOP_DEMO among them) with the same seeded requests, and prints each one's
+preset of lab.app.dashboard.WORKSHOP_DEMO among them) with the same seeded requests, and prints each one's
 wall time (what an attendee waits after pressing the button) and its vLLM/HF ratio per user level. The
 preset is the candidate with the largest ratio at its top level among those that end within the time
 limit (2 minutes on CPU, 1 on a GPU).

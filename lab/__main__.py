@@ -407,7 +407,7 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
     engines a ladder starts beyond the session's, kept there for the next (the caller stops them)."""
     from lab.experiments import new_result, run_experiment, write_experiment
     from lab.session import LabSession
-    from lab.store import default_db_path, save_experiment
+    from lab.store import default_db_path, save
 
     session = LabSession(config, engines, check)
     session.ladder_pool = pool
@@ -426,7 +426,7 @@ async def experiment(name: str, params, config: EngineConfig, engines, check, ou
     finally:
         if result is not None:
             paths = write_experiment(result, out, stem)
-            save_experiment(default_db_path(), result)
+            save(default_db_path(), result)
             show(result)
             say_end(result, paths.values())
         await session.stop()

@@ -15,6 +15,7 @@ from lab.experiments.blocks import derive_grid
 from lab.metrics.kv import used_blocks
 from lab.plots import ENGINE_COLORS, _layout
 from lab.plots_why import ladder_figure
+from lab.status import RunStatus
 
 FREE = "#f4f4f4"
 PALETTE = ["#17bebb", "#e4572e", "#76b041", "#ffc914", "#2e282a", "#8f3985", "#3d5a80", "#ee6c4d",
@@ -172,7 +173,7 @@ def _steps(owners: int) -> list:
 def _picture_moment(level) -> tuple:
     """(time to derive at, the vLLM sample it matches, words): now while running, else vLLM's peak step."""
     samples = [s for s in level.samples if s.kv_usage is not None]
-    if level.status == "running" or not samples:
+    if level.status == RunStatus.RUNNING or not samples:
         return time.perf_counter(), samples[-1] if samples else None, "now"
     peak = max(range(len(samples)), key=lambda i: samples[i].kv_usage)
     after = samples[peak + 1].time_s if peak + 1 < len(samples) else float("inf")

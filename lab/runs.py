@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import datetime as dt
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from lab.config import RunPlan
 from lab.engines import registry
@@ -42,12 +40,12 @@ from lab.metrics import (
 )
 from lab.metrics.kv import held_series, kv_summary
 from lab.status import RunStatus
+from lab.tasks import TaskResult, supervise
 
 log = logging.getLogger(__name__)
 FINAL_AFTER_S = 0.5  # a live KV row is kept once the sample after it is this old (see LevelResult._held_live)
 
 SETTLE_S = 1.5  # vLLM's CPU worker busy-spins ~1 s after its last request: let it stop first
-RUNNING, OK, FAILED, CANCELLED = RunStatus.RUNNING, RunStatus.OK, RunStatus.FAILED, RunStatus.CANCELLED
 
 
 @dataclass
@@ -60,7 +58,7 @@ class LevelResult:
     repeat: int = 0
     records: list[RequestRecord] = field(default_factory=list)
     samples: list[EngineSample] = field(default_factory=list)
-    status: RunStatus = RUNNING
+    status: RunStatus = RunStatus.RUNNING
     error: str = ""
     summary: LevelSummary | None = None
     kv: dict = field(default_factory=dict)
@@ -71,7 +69,7 @@ class LevelResult:
     # held_series rows that no longer change and the first sample whose row may: one attribute, so that two
     # pages redrawing at once see a consistent pair
     _live: tuple[list, int] = field(default_factory=lambda: ([], 0), repr=False)
-    copied_s: float | None = None  # a mirror's (lab.mirror): when its records were copied; None: they are live
+    copied_s: float | None = None  # a mirror's (lab.app.mirror): when its records were copied; None: they are live
 
     def in_flight(self) -> list[RequestRecord]:
         """Requests sent and not yet ended (their records grow as tokens arrive)."""
@@ -124,24 +122,27 @@ class LevelResult:
         return kept + rows
 
 
-@dataclass
-class RunResult:
+@dataclass(kw_only=True)
+class RunResult(TaskResult):
     """A run, live while it goes and complete (or partial) at the end."""
 
+    KIND: ClassVar[str] = "run"
+    KEPT: ClassVar[str] = "partial results kept"
+
     plan: RunPlan
-    model: str
-    model_path: str
-    device: dict
-    versions: dict
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    model_path: str = ""
     origin_s: float = field(default_factory=time.perf_counter)
     engine_info: dict[str, EngineInfo] = field(default_factory=dict)
     agreement: list[dict] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
-    status: RunStatus = RUNNING
-    error: str = ""
-    message: str = "starting"
+
+    def name(self) -> str:
+        """The run's workload."""
+        return self.plan.load.workload
+
+    def to_dict(self) -> dict:
+        """As summary.json holds it."""
+        return summary_dict(self)
 
     def summaries(self) -> list[LevelSummary]:
         """Summaries of the finished levels."""
@@ -153,7 +154,7 @@ class RunResult:
 
     def current(self) -> LevelResult | None:
         """The level running now, if any."""
-        return self.levels[-1] if self.levels and self.levels[-1].status == RUNNING else None
+        return self.levels[-1] if self.levels and self.levels[-1].status == RunStatus.RUNNING else None
 
 
 class Observer(Protocol):
@@ -226,7 +227,15 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
     Returns:
         ``result``, with status ok, failed (error set) or cancelled; partial levels are kept.
     """
+    result.engine_args = {name: info.args for name, info in result.engine_info.items()}
     _notify(observers, "on_start", result)
+    return await supervise(result, _levels(plan, engines, tokenizer, result, observers),
+                           lambda ended: _complete(ended, observers))
+
+
+async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: RunResult,
+                  observers: Sequence[Observer]) -> None:
+    """Every level of the plan in run order (a cancel aborts what the engines hold, then goes on up)."""
     warmed: set[str] = set()
     last_engine = None
     try:
@@ -243,25 +252,19 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
                 warmed.add(name)
             await run_level(plan, engine, tokenizer, users, result, observers, repeat)
             last_engine = name
-        result.status, result.message = OK, "done"
     except asyncio.CancelledError:
-        result.status, result.message = CANCELLED, "cancelled: partial results kept"
         await _abort(engines)
-    except EngineFault as exc:
-        log.warning("run failed: %s", exc)
-        result.status, result.error = FAILED, str(exc)
-        result.message = f"failed: {exc} (partial results kept)"
-    except Exception as exc:
-        log.exception("run failed")
-        result.status, result.error = FAILED, f"{type(exc).__name__}: {exc}"
-        result.message = f"failed: {result.error} (partial results kept)"
-    finally:
-        for level in result.levels:
-            if level.status == RUNNING:
-                level.finish(result.engine_info.get(level.engine),
-                             CANCELLED if result.status == CANCELLED else FAILED, result.error)
-        _notify(observers, "on_complete", result)
-    return result
+        raise
+
+
+def _complete(result: RunResult, observers: Sequence[Observer]) -> None:
+    """Close the levels a stop left open, then tell the observers the run ended."""
+    for level in result.levels:
+        if level.status == RunStatus.RUNNING:
+            level.finish(result.engine_info.get(level.engine),
+                         RunStatus.CANCELLED if result.status == RunStatus.CANCELLED else RunStatus.FAILED,
+                         result.error)
+    _notify(observers, "on_complete", result)
 
 
 def level_order(plan: RunPlan) -> Iterator[tuple[int, int, str]]:
@@ -318,7 +321,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         await asyncio.gather(watcher, return_exceptions=True)
         level.samples.extend(engine.drain_samples())
     fault = level.error or engine.fault()
-    level.finish(info, FAILED if fault else OK, fault or "")
+    level.finish(info, RunStatus.FAILED if fault else RunStatus.OK, fault or "")
     _notify(observers, "on_update", result)
     if fault:
         raise EngineFault(f"{fault}, during the {_level_words(level)}")
@@ -368,7 +371,7 @@ def summary_dict(result: RunResult) -> dict:
         runs.append(entry)
     plan = result.plan
     return {
-        "run_id": result.run_id, "started_at": result.started_at, "status": result.status,
+        "run_id": result.id, "started_at": result.started_at, "ended_at": result.ended_at, "status": result.status,
         "error": result.error, "model": result.model, "model_path": result.model_path,
         "device": result.device, "versions": result.versions,
         "workload": plan.load.workload, "users": list(plan.load.users), "engines": list(plan.engines),

@@ -1,4 +1,5 @@
-"""Past runs, experiments and sweeps in SQLite: saved as they finish (partial ones too), listed, compared, exported.
+"""Past runs, experiments and sweeps in one SQLite table: saved as they go (partial ones too), listed, compared,
+exported.
 
 Every stored run keeps exactly the files the CLI writes (summary.json and requests.csv), so a run
 downloaded from the browser is the same as one written by ``python -m lab bench``.
@@ -15,44 +16,26 @@ from pathlib import Path
 
 from lab.metrics import tok_s_spreads
 from lab.model import cache_dir
-from lab.runs import REQUEST_COLUMNS, RunResult, request_rows, summary_dict
+from lab.runs import REQUEST_COLUMNS, RunResult, request_rows
+from lab.tasks import TaskResult
 
 SCHEMA = """
-create table if not exists runs (
-    run_id text primary key,
-    started_at text not null,
-    status text not null,
-    model text not null,
-    device text not null,
-    workload text not null,
-    users text not null,
-    engines text not null,
-    summary_json text not null,
-    requests_csv text not null
-)
-"""
-EXPERIMENT_SCHEMA = """
-create table if not exists experiments (
-    experiment_id text primary key,
+create table if not exists results (
+    id text primary key,
     kind text not null,
+    name text not null,
     started_at text not null,
     status text not null,
     model text not null,
     device text not null,
-    result_json text not null
+    result_json text not null,
+    requests_csv text
 )
 """
-SWEEP_SCHEMA = """
-create table if not exists sweeps (
-    sweep_id text primary key,
-    knob text not null,
-    started_at text not null,
-    status text not null,
-    model text not null,
-    device text not null,
-    result_json text not null
-)
-"""
+# the three tables stores had before one held every kind: (table, its id, kind, where its name comes from)
+OLD_TABLES = (("runs", "run_id", "run", "workload", "summary_json", "requests_csv"),
+              ("experiments", "experiment_id", "experiment", "kind", "result_json", "null"),
+              ("sweeps", "sweep_id", "sweep", "knob", "result_json", "null"))
 
 
 def default_db_path() -> Path:
@@ -61,13 +44,23 @@ def default_db_path() -> Path:
 
 
 def connect(db_path: str | Path) -> sqlite3.Connection:
-    """Open (and create if needed) the results database."""
+    """Open (and create if needed) the results database; an older one's tables move into ``results``."""
     Path(db_path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(db_path, timeout=10)
     conn.execute(SCHEMA)
-    conn.execute(EXPERIMENT_SCHEMA)
-    conn.execute(SWEEP_SCHEMA)
+    _move_old_tables(conn)
     return conn
+
+
+def _move_old_tables(conn: sqlite3.Connection) -> None:
+    """Copy each older per-kind table's rows into ``results``, then drop it (one transaction per table)."""
+    present = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+    for table, key, kind, name, body, requests in OLD_TABLES:
+        if table in present:
+            with conn:
+                conn.execute(f"insert or ignore into results select {key}, '{kind}', {name}, started_at, status, "
+                             f"model, device, {body}, {requests} from {table}")
+                conn.execute(f"drop table {table}")
 
 
 def requests_csv_text(result: RunResult) -> str:
@@ -79,17 +72,13 @@ def requests_csv_text(result: RunResult) -> str:
     return buffer.getvalue()
 
 
-def save_run(db_path: str | Path, result: RunResult) -> None:
-    """Insert or update a run (called as levels finish and when the run ends)."""
-    summary = summary_dict(result)
-    row = (
-        result.run_id, result.started_at, result.status, result.model,
-        result.device.get("name", result.device.get("kind", "?")), summary["workload"],
-        ",".join(str(u) for u in summary["users"]), ",".join(summary["engines"]),
-        json.dumps(summary, default=str), requests_csv_text(result),
-    )
+def save(db_path: str | Path, result: TaskResult) -> None:
+    """Insert or update a run, experiment or sweep (partial or final): its JSON, and a run's requests.csv."""
+    row = (result.id, result.KIND, result.name(), result.started_at, result.status, result.model,
+           result.device.get("name", result.device.get("kind", "?")), json.dumps(result.to_dict(), default=str),
+           requests_csv_text(result) if isinstance(result, RunResult) else None)
     with closing(connect(db_path)) as conn, conn:
-        conn.execute("insert or replace into runs values (?,?,?,?,?,?,?,?,?,?)", row)
+        conn.execute("insert or replace into results values (?,?,?,?,?,?,?,?,?)", row)
 
 
 def list_runs(db_path: str | Path) -> list[dict]:
@@ -124,23 +113,23 @@ def run_label(row: dict) -> str:
     return f"{row['started']} · {row['workload']} · users {row['users']} · {row['status']} ({row['run_id']})"
 
 
-def _fetch_one(db_path: str | Path, query: str, key: str, missing: str) -> tuple:
-    """The one row ``query`` finds for ``key``; KeyError naming what is missing when there is none."""
+def _fetch_one(db_path: str | Path, kind: str, key: str, column: str = "result_json") -> tuple:
+    """The stored ``column`` of the ``kind`` called ``key``; KeyError naming what is missing when there is none."""
     with closing(connect(db_path)) as conn:
-        row = conn.execute(query, (key,)).fetchone()
+        row = conn.execute(f"select {column} from results where kind = ? and id = ?", (kind, key)).fetchone()
     if row is None:
-        raise KeyError(f"no such {missing}: no stored {missing} {key!r}")  # a bound parameter: never a path
+        raise KeyError(f"no such {kind}: no stored {kind} {key!r}")  # a bound parameter: never a path
     return row
 
 
 def load_summary(db_path: str | Path, run_id: str) -> dict:
     """The stored summary.json of one run."""
-    return json.loads(_fetch_one(db_path, "select summary_json from runs where run_id = ?", run_id, "run")[0])
+    return json.loads(_fetch_one(db_path, "run", run_id)[0])
 
 
 def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[str, Path]:
     """Write one stored run's summary.json and requests.csv into out_dir."""
-    row = _fetch_one(db_path, "select summary_json, requests_csv from runs where run_id = ?", run_id, "run")
+    row = _fetch_one(db_path, "run", run_id, "result_json, requests_csv")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(json.loads(row[0]), indent=2))
@@ -148,50 +137,30 @@ def export_run(db_path: str | Path, run_id: str, out_dir: str | Path) -> dict[st
     return {"summary": out / "summary.json", "requests": out / "requests.csv"}
 
 
-def save_experiment(db_path: str | Path, result) -> None:
-    """Insert or update a KV-cache experiment (kind = its name), partial ones too."""
-    _save_result(db_path, "experiments", result.experiment_id, result.experiment, result)
-
-
-def list_experiments(db_path: str | Path, kind: str | None = None) -> list[dict]:
-    """Stored experiments, newest first (of one kind if given), as experiment.json dicts."""
-    return _list_results(db_path, "experiments", "kind", kind)
-
-
-def save_sweep(db_path: str | Path, result) -> None:
-    """Insert or update a sweep (as each value ends, and at its end; partial ones too)."""
-    _save_result(db_path, "sweeps", result.sweep_id, result.plan.knob, result)
+def list_experiments(db_path: str | Path, name: str | None = None) -> list[dict]:
+    """Stored experiments, newest first (of one name if given), as experiment.json dicts."""
+    return list_results(db_path, "experiment", name)
 
 
 def list_sweeps(db_path: str | Path, knob: str | None = None) -> list[dict]:
     """Stored sweeps, newest first (of one knob if given), as sweep.json dicts."""
-    return _list_results(db_path, "sweeps", "knob", knob)
+    return list_results(db_path, "sweep", knob)
 
 
 def load_sweep(db_path: str | Path, sweep_id: str) -> dict:
     """One stored sweep's sweep.json dict."""
-    return json.loads(_fetch_one(db_path, "select result_json from sweeps where sweep_id = ?", sweep_id, "sweep")[0])
+    return json.loads(_fetch_one(db_path, "sweep", sweep_id)[0])
 
 
-def _save_result(db_path: str | Path, table: str, result_id: str, kind: str, result) -> None:
-    """One experiment or sweep row: its id, kind, start, status, model, device and its JSON."""
-    row = (result_id, kind, result.started_at, result.status, result.model,
-           result.device.get("name", result.device.get("kind", "?")), json.dumps(result.to_dict(), default=str))
-    with closing(connect(db_path)) as conn, conn:
-        conn.execute(f"insert or replace into {table} values (?,?,?,?,?,?,?)", row)
-
-
-def _list_results(db_path: str | Path, table: str, kind_column: str, kind: str | None) -> list[dict]:
-    where = f" where {kind_column} = ?" if kind else ""
+def list_results(db_path: str | Path, kind: str, name: str | None = None, limit: int | None = None) -> list[dict]:
+    """Stored results of one kind, newest first (of one name if given), as their JSON dicts."""
+    where = " and name = ?" if name else ""
     with closing(connect(db_path)) as conn:
-        rows = conn.execute(f"select result_json from {table}{where} order by started_at desc",
-                            (kind,) if kind else ()).fetchall()
+        rows = conn.execute(f"select result_json from results where kind = ?{where} order by started_at desc "
+                            f"limit ?", (kind, *((name,) if name else ()), -1 if limit is None else limit)).fetchall()
     return [json.loads(text) for (text,) in rows]
 
 
 def list_summaries(db_path: str | Path, limit: int | None = 200) -> list[dict]:
     """The newest stored runs' summary.json dicts (all of them with limit None)."""
-    with closing(connect(db_path)) as conn:
-        rows = conn.execute("select summary_json from runs order by started_at desc limit ?",
-                            (-1 if limit is None else limit,)).fetchall()
-    return [json.loads(text) for (text,) in rows]
+    return list_results(db_path, "run", limit=limit)

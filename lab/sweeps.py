@@ -12,19 +12,18 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
-import datetime as dt
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lab.config import EngineConfig, LoadConfig, RunPlan, decimal, parse_users, whole
 from lab.environment import read_device, versions
 from lab.experiments import ended
 from lab.runs import RunResult
-from lab.status import RunStatus
+from lab.tasks import TaskResult, supervise
 
 log = logging.getLogger(__name__)
 
@@ -134,25 +133,25 @@ def parse_values(knob: str, text: str) -> tuple:
     return values
 
 
-@dataclass
-class SweepResult:
+@dataclass(kw_only=True)
+class SweepResult(TaskResult):
     """A sweep, live while it runs and kept (partial) when it fails or is cancelled."""
 
+    KIND: ClassVar[str] = "sweep"
+    KEPT: ClassVar[str] = "finished values kept"
+
     plan: SweepPlan
-    model: str
-    device: dict = field(default_factory=dict)
-    versions: dict = field(default_factory=dict)
-    sweep_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
-    status: RunStatus = RunStatus.RUNNING
-    error: str = ""
-    message: str = "starting"
     points: list[dict] = field(default_factory=list)
     run: RunResult | None = None  # the load run of the value being measured, for live views
 
+    def name(self) -> str:
+        """The swept knob."""
+        return self.plan.knob
+
     def to_dict(self) -> dict:
         """As sweep.json holds it."""
-        return {"sweep_id": self.sweep_id, "started_at": self.started_at, "status": self.status, "error": self.error,
+        return {"sweep_id": self.id, "started_at": self.started_at, "ended_at": self.ended_at,
+                "status": self.status, "error": self.error,
                 "knob": self.plan.knob, "engine": self.plan.engine, "values": list(self.plan.values),
                 "load": dataclasses.asdict(self.plan.load), "model": self.model, "device": self.device,
                 "versions": self.versions, "points": self.points}
@@ -169,7 +168,7 @@ def sweep_progress(result: SweepResult | None) -> str:
     if result is None:
         return "No sweep yet: choose a knob and its values and press **Run sweep**."
     done = ", ".join(f"{p['value']} (restart {p['restart_s']:.0f} s)" for p in result.points) or "none yet"
-    return (f"Sweep **{result.plan.knob}** ({result.sweep_id}): status {result.status}: {result.message}. "
+    return (f"Sweep **{result.plan.knob}** ({result.id}): status {result.status}: {result.message}. "
             f"Finished values: {done}.")
 
 
@@ -187,26 +186,22 @@ async def run_sweep(session, plan: SweepPlan, result: SweepResult | None = None,
     """
     result = result or new_sweep(session, plan)
     notify = on_update or (lambda r: None)
-    try:
-        plan.check(session.config, session.held_bytes(plan.engine))
-        for index, config in enumerate(plan.configs(session.config)):
-            value, left = plan.values[index], len(plan.values) - index - 1
-            where = f"{plan.knob}={value} ({index + 1}/{len(plan.values)}; {left} left after it)"
-            result.message = f"{where}: restarting {plan.engine}"
-            notify(result)
-            result.points.append(await measure_point(session, plan, config, result, where))
-            notify(result)
-        result.status, result.message = RunStatus.OK, "done"
-    except asyncio.CancelledError:
-        result.status, result.message = RunStatus.CANCELLED, "cancelled: finished values kept"
-    except Exception as exc:
-        log.exception("sweep failed")
-        result.status, result.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
-        result.message = f"failed: {result.error} (finished values kept)"
-    finally:
-        await restore(session, plan.engine, result)
+    await supervise(result, _values(session, plan, result, notify))
+    await restore(session, plan.engine, result)
     notify(result)
     return result
+
+
+async def _values(session, plan: SweepPlan, result: SweepResult, notify) -> None:
+    """Every value in turn: restart the engine with it, measure, keep the point."""
+    plan.check(session.config, session.held_bytes(plan.engine))
+    for index, config in enumerate(plan.configs(session.config)):
+        value, left = plan.values[index], len(plan.values) - index - 1
+        where = f"{plan.knob}={value} ({index + 1}/{len(plan.values)}; {left} left after it)"
+        result.message = f"{where}: restarting {plan.engine}"
+        notify(result)
+        result.points.append(await measure_point(session, plan, config, result, where))
+        notify(result)
 
 
 async def restore(session, engine: str, result: SweepResult) -> None:

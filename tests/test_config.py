@@ -159,7 +159,7 @@ def test_cpu_attention_avoids_amx_only_where_it_gave_wrong_text(monkeypatch, cho
 
 
 def test_load_status_counts_steps_done():
-    from lab.host import LoadStatus
+    from lab.app.host import LoadStatus
 
     status = LoadStatus(total_steps=3)
     status.steps += ["loading tokenizer", "starting engine 1/2: vllm"]

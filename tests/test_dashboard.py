@@ -4,8 +4,7 @@ import asyncio
 
 import pytest
 
-from lab.config import EngineConfig
-from lab.dashboard import (
+from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
     LiveView,
@@ -14,6 +13,7 @@ from lab.dashboard import (
     plan_from_inputs,
     progress_text,
 )
+from lab.config import EngineConfig
 from lab.engines.fake import FakeEngine
 from lab.environment import GIB
 from lab.runs import execute, summary_dict
@@ -76,7 +76,7 @@ def test_progress_text_through_a_run(char_tokenizer):
     assert progress_text(None).startswith("No run yet")
     engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
     result = fake_result(plan(), engines)
-    assert progress_text(result) == f"Running {result.run_id}: starting"
+    assert progress_text(result) == f"Running {result.id}: starting"
     lines = []
 
     class Listener:
@@ -85,9 +85,9 @@ def test_progress_text_through_a_run(char_tokenizer):
         def on_complete(self, r): pass
 
     asyncio.run(execute(result.plan, engines, char_tokenizer, result, [Listener()]))
-    assert f"Running {result.run_id}: warming up hf" in lines
+    assert f"Running {result.id}: warming up hf" in lines
     assert any("**vllm** at **2** users, 3/4 requests done in this level" in line for line in lines)
-    assert progress_text(result) == f"Run {result.run_id} done: 12 requests finished."
+    assert progress_text(result) == f"Run {result.id} done: 12 requests finished."
 
 
 def test_progress_text_of_a_cancelled_run_counts_what_the_table_counts(char_tokenizer):
@@ -97,7 +97,7 @@ def test_progress_text_of_a_cancelled_run_counts_what_the_table_counts(char_toke
     finished = int(latency_table(summary_dict(result))["done"].sum())  # the table's "done": completed requests
     started = sum(len(lvl.records) for lvl in result.levels)
     text = progress_text(result)
-    assert text.startswith(f"Run {result.run_id} cancelled") and f": {finished} requests finished" in text
+    assert text.startswith(f"Run {result.id} cancelled") and f": {finished} requests finished" in text
     cancelled = sum(r.status == "cancelled" for lvl in result.levels for r in lvl.records)
     failed = started - finished - cancelled
     assert (f"{cancelled} stopped by the cancel" in text) == (cancelled > 0)
@@ -117,7 +117,7 @@ def test_live_view(char_tokenizer, finished):
 
 
 def environment():
-    """A dict shaped like lab.host.LabHost.environment()."""
+    """A dict shaped like lab.app.host.LabHost.environment()."""
     engine = dict(args={}, attention=None, kv_total_blocks=None, kv_block_size=None, kv_bytes_per_token=None,
                   memory_bytes=None)
     return {

@@ -8,9 +8,10 @@ import pytest
 from lab.config import LoadConfig, RunPlan
 from lab.engines.base import GenRequest
 from lab.engines.fake import FakeEngine
-from lab.load.driver import CANCELLED, ERROR, OK, run_users
+from lab.load.driver import run_users
 from lab.load.workloads import WORKLOADS, make_requests, sample_specs
 from lab.runs import RunResult, execute, summary_dict, write_run
+from lab.status import RequestStatus
 
 
 def requests(n, tokens=4, prompt=8):
@@ -38,7 +39,7 @@ def test_closed_loop_keeps_exactly_n_users_in_flight():
     engine = ConcurrencyProbe(token_delay_s=0.001)
     records = asyncio.run(run_users(engine, iter(requests(20)), users=5))
     assert len(records) == 20 and engine.peak == 5
-    assert all(r.status == OK and r.output_tokens == 4 for r in records)
+    assert all(r.status == RequestStatus.OK and r.output_tokens == 4 for r in records)
     assert {r.user_id for r in records} == set(range(5))
 
 
@@ -55,8 +56,8 @@ def test_errors_are_data_and_the_level_goes_on():
     too_long = GenRequest("long", tuple(range(3000)), 4)
     records = asyncio.run(run_users(engine, iter(requests(10) + [too_long]), users=3))
     assert len(records) == 11
-    errors = [r for r in records if r.status == ERROR]
-    assert errors and any(r.status == OK for r in records)
+    errors = [r for r in records if r.status == RequestStatus.ERROR]
+    assert errors and any(r.status == RequestStatus.OK for r in records)
     long_record = next(r for r in records if r.request_id == "long")
     assert "3000" in long_record.error and "2048" in long_record.error
 
@@ -80,8 +81,8 @@ def test_cancel_keeps_what_was_measured():
             await task
 
     asyncio.run(main())
-    assert any(r.status == OK for r in seen)
-    cancelled = [r for r in seen if r.status == CANCELLED]
+    assert any(r.status == RequestStatus.OK for r in seen)
+    cancelled = [r for r in seen if r.status == RequestStatus.CANCELLED]
     assert len(cancelled) == 4 and all(r.end_s is not None for r in cancelled)
 
 

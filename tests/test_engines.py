@@ -11,8 +11,9 @@ import pytest
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.base import GenRequest
 from lab.environment import has_amx
-from lab.load.driver import CANCELLED, ERROR, OK, complete_text, run_users
+from lab.load.driver import complete_text, run_users
 from lab.load.workloads import chat_request
+from lab.status import RequestStatus
 from tests.conftest import running_session
 
 pytestmark = pytest.mark.slow
@@ -62,10 +63,10 @@ def test_load_test_exact_token_counts(lab, name, users):
     plan = RunPlan(engines=(name,), load=LoadConfig(users=(users,), requests_per_user=2, workload="mixed",
                                                    output_len=12, warmup_requests=1))
     result = run(lab, lab.run(plan))
-    assert result.status == OK
+    assert result.status == RequestStatus.OK
     level = result.levels[0]
     assert len(level.records) == 2 * users
-    assert all(r.status == OK and r.output_tokens == 12 for r in level.records)
+    assert all(r.status == RequestStatus.OK and r.output_tokens == 12 for r in level.records)
     assert level.summary.output_tokens == 24 * users and level.summary.output_tok_s > 0
     assert all(r.first_token_s <= r.end_s for r in level.records)
     if name != "hf":  # paged: blocks of 128 (vLLM on CPU) or 256 tokens (transformers' default page)
@@ -82,9 +83,9 @@ def test_prompt_past_max_model_len_fails_only_that_request(lab, name):
     long = GenRequest(f"long-{name}", tuple(range(100, 100 + 1500)), 6)
     records = run(lab, run_users(engine, iter(ok[:1] + [long] + ok[1:]), users=2))
     by_id = {r.request_id: r for r in records}
-    assert by_id[f"long-{name}"].status == ERROR
+    assert by_id[f"long-{name}"].status == RequestStatus.ERROR
     assert "1500" in by_id[f"long-{name}"].error and "1024" in by_id[f"long-{name}"].error
-    assert all(by_id[r.request_id].status == OK and by_id[r.request_id].output_tokens == 6 for r in ok)
+    assert all(by_id[r.request_id].status == RequestStatus.OK and by_id[r.request_id].output_tokens == 6 for r in ok)
 
 
 @pytest.mark.parametrize("name", ENGINES)
@@ -95,7 +96,7 @@ def test_cancel_keeps_partial_results(lab, name):
     async def cancel_soon():
         result = lab.new_result(plan)
         task = asyncio.ensure_future(lab.run(plan, result=result))
-        while not any(r.status == OK for lvl in result.levels for r in lvl.records):
+        while not any(r.status == RequestStatus.OK for lvl in result.levels for r in lvl.records):
             await asyncio.sleep(0.05)
         task.cancel()
         started = asyncio.get_running_loop().time()
@@ -105,11 +106,11 @@ def test_cancel_keeps_partial_results(lab, name):
     result, stop_s = run(lab, cancel_soon())
     assert result.status == "cancelled"
     statuses = [r.status for r in result.levels[0].records]
-    assert OK in statuses and CANCELLED in statuses
+    assert RequestStatus.OK in statuses and RequestStatus.CANCELLED in statuses
     assert stop_s < 5
     # the engine still serves after a cancel
     follow = run(lab, run_users(lab.engines[name], iter([GenRequest(f"after-{name}", (1, 2, 3), 4)]), 1))
-    assert follow[0].status == OK and follow[0].output_tokens == 4
+    assert follow[0].status == RequestStatus.OK and follow[0].output_tokens == 4
 
 
 def test_cli_bench_writes_summary_and_requests(tmp_path):
@@ -158,12 +159,12 @@ def test_an_hf_worker_that_raises_ends_its_level_failed_with_the_message(lab, mo
     assert result.status == "failed" and [lvl.status for lvl in result.levels] == ["failed"]
     assert result.error.startswith("HF ran out of memory on cpu with a batch of ")
     assert "it asked for 8.00 GiB and" in result.error and result.error.endswith("during the 2-user level of hf")
-    assert all(r.status == ERROR for r in result.levels[0].records)
+    assert all(r.status == RequestStatus.ERROR for r in result.levels[0].records)
     monkeypatch.undo()
     assert engine.alive()  # the worker lives on: the next run is fine
     plan = RunPlan(engines=("hf",), load=LoadConfig(users=(1,), requests_per_user=1, output_len=4,
                                                    warmup_requests=0))
-    assert run(lab, lab.run(plan)).status == OK and engine.fault() is None
+    assert run(lab, lab.run(plan)).status == RequestStatus.OK and engine.fault() is None
 
 
 def test_three_contenders_give_two_ratios(lab):
@@ -173,7 +174,7 @@ def test_three_contenders_give_two_ratios(lab):
     plan = RunPlan(engines=("hf", "vllm", "hf-cb"), load=LoadConfig(users=(3,), requests_per_user=1,
                                                                      output_len=8, warmup_requests=1))
     result = run(lab, lab.run(plan))
-    assert result.status == OK
+    assert result.status == RequestStatus.OK
     summary = summary_dict(result)
     assert set(summary["ratios"]) == {"hf", "hf-cb"} and summary["ratios"]["hf"] == summary["ratio"]
     assert summary["spread"]["ratio_hf_cb"]["3"]["n"] == 1

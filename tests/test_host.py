@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from lab.app.host import MAX_DEATHS, LabHost
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
-from lab.host import MAX_DEATHS, LabHost
 
 DIED = "vLLM's engine process exited (signal 9, SIGKILL)"
 
@@ -51,7 +51,7 @@ def test_a_dead_engine_is_named_with_its_reason_and_the_way_back(host):
 def test_after_repeated_deaths_the_host_stops_restarting(host):
     loaded(host)
     host.session.engines["vllm"].failure = DIED
-    host.deaths["vllm"] = MAX_DEATHS
+    host.doctor.deaths["vllm"] = MAX_DEATHS
     started, message = host.restart_dead()
     assert not started and f"died {MAX_DEATHS} times in a row" in message and "restart the app" in message
     started, message = host.submit(RunPlan(engines=("vllm",), load=LoadConfig(users=(1,))))
@@ -66,11 +66,11 @@ def test_nothing_to_restart_when_every_engine_is_alive(host):
 
 def test_the_end_of_a_task_bumps_the_version(host):
     """A sweep's restore and last words change what a page draws with no run observer to say so: the task's
-    end does (lab.host_process cuts the page's copy when the version moves)."""
+    end does (lab.app.host_process cuts the page's copy when the version moves)."""
     async def last_words():
         pass
 
     before = host.version
-    host._start(last_words())
+    host.runner.start(last_words())
     host.wait_run(5)
     assert host.on_loop(lambda: host.version) == before + 1  # read on the loop, after the task's callbacks

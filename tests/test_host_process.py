@@ -1,4 +1,4 @@
-"""lab.host_process: the engine host in its own process, as app.py runs it (no engine loaded here: the
+"""lab.app.host_process: the engine host in its own process, as app.py runs it (no engine loaded here: the
 loaded path runs in tests/test_ui.py and tests/test_app.py)."""
 
 import os
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from lab.app.host_process import HostGone, RemoteHost, _cut
 from lab.config import EngineConfig, LoadConfig, RunPlan
-from lab.host_process import HostGone, RemoteHost, _cut
 from lab.status import RunStatus
 from lab.sweeps import SweepResult
 
@@ -28,7 +28,7 @@ def host(tmp_path):
 def test_a_bad_config_is_refused_in_the_apps_process_and_the_host_process_leaves(tmp_path):
     with pytest.raises(ValueError, match="block_size=17: vLLM's CPU build needs a multiple of 32"):
         RemoteHost(EngineConfig(device="cpu", block_size=17), db_path=tmp_path / "results.sqlite")
-    assert not [p for p in psutil.Process().children() if "lab.host_process" in command_line(p)]
+    assert not [p for p in psutil.Process().children() if "lab.app.host_process" in command_line(p)]
 
 
 def command_line(process: psutil.Process) -> list[str]:
@@ -40,7 +40,7 @@ def command_line(process: psutil.Process) -> list[str]:
 
 
 def test_before_loading_the_page_reads_the_hosts_state_and_calls_reach_it(host, tmp_path):
-    assert host.pid != os.getpid() and host.db_path == tmp_path / "results.sqlite"
+    assert host._pid != os.getpid() and host.db_path == tmp_path / "results.sqlite"
     assert host.status_text().startswith("Loading") and not host.status.ready
     assert {h["state"] for h in host.health().values()} == {"loading"} and host.dead() == []
     started, message = host.submit(RunPlan(engines=("hf",), load=LoadConfig(users=(1,))))
@@ -52,17 +52,17 @@ def test_before_loading_the_page_reads_the_hosts_state_and_calls_reach_it(host, 
 def test_close_stops_the_host_process(host):
     began = time.monotonic()
     host.close()
-    assert host.process.returncode == 0 and time.monotonic() - began < 5
+    assert host._process.returncode == 0 and time.monotonic() - began < 5
 
 
 def test_the_host_process_leaves_when_the_app_is_gone(host):
-    host.process.stdin.close()  # what the app's death does to the pipe
-    assert host.process.wait(10) == 0
+    host._process.stdin.close()  # what the app's death does to the pipe
+    assert host._process.wait(10) == 0
 
 
 def test_a_killed_host_process_is_named_on_the_page_and_in_calls(host):
-    os.kill(host.pid, signal.SIGKILL)
-    host.process.wait(10)
+    os.kill(host._pid, signal.SIGKILL)
+    host._process.wait(10)
     with pytest.raises(HostGone, match=r"exited \(signal 9\)"):
         host.cancel()
     began = time.monotonic()
@@ -88,7 +88,7 @@ def test_the_host_cuts_while_a_run_goes_and_once_its_version_moved():
 
 FORK_WHILE_WATCHING = """
 import multiprocessing, sys, threading, time
-from lab.host_process import wait_for_eof
+from lab.app.host_process import wait_for_eof
 threading.Thread(target=wait_for_eof, daemon=True).start()
 time.sleep(0.2)
 child = multiprocessing.get_context("fork").Process(target=print, args=("child ran",))

@@ -18,8 +18,8 @@ import hashlib
 import pytest
 
 from lab.__main__ import build_parser, main
+from lab.app.dashboard import BOUND_REQUESTS, BOUND_SECONDS, plan_from_inputs
 from lab.config import EngineConfig
-from lab.dashboard import BOUND_REQUESTS, BOUND_SECONDS, plan_from_inputs
 from lab.experiments import EXPERIMENTS, module, parse_params, validate
 from lab.sweeps import sweep_plan
 
@@ -112,7 +112,7 @@ class NoStartHost:
 
 @pytest.mark.parametrize("kind", NUMBERS)
 def test_the_page_handler_shows_the_labs_words_and_starts_nothing(kind):
-    from lab.ui import Handlers
+    from lab.app.ui import Handlers
 
     values = form_with("repeats", NUMBERS[kind])
     answer = Handlers(NoStartHost()).start_run(*values.values())
@@ -259,7 +259,7 @@ def test_a_crafted_run_id_is_no_such_run_and_touches_nothing(run_id, tmp_path, m
 def test_a_crafted_run_id_through_the_page_api_says_no_such_run(tmp_path):
     import gradio as gr
 
-    from lab.ui import Handlers
+    from lab.app.ui import Handlers
 
     host = type("Host", (), {"db_path": tmp_path / "results.sqlite"})()
     with pytest.raises(gr.Error, match="no such run"):
@@ -288,7 +288,7 @@ NAME_OK = {"empty", "whitespace", "zero", "fraction", "huge", "text"}  # an empt
 @pytest.mark.parametrize("kind", CLASSES)
 @pytest.mark.parametrize("field, names", [("url", ("endpoint URL",)), ("name", ("endpoint name",))])
 def test_every_endpoint_field(field, names, kind):
-    from lab.ui import Handlers
+    from lab.app.ui import Handlers
 
     class Host:  # what reaches it passed the form's rules; nothing is connected here
         def connect_endpoint(self, endpoint):

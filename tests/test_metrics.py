@@ -3,7 +3,7 @@
 import pytest
 
 from lab.engines.base import EngineSample
-from lab.load.driver import ERROR, OK, RequestRecord
+from lab.load.driver import RequestRecord
 from lab.metrics import (
     Spread,
     distribution,
@@ -21,9 +21,10 @@ from lab.metrics import (
     ttft_s,
 )
 from lab.metrics.kv import kv_summary
+from lab.status import RequestStatus
 
 
-def record(send, tokens, prompt=10, status=OK, engine="vllm", users=1):
+def record(send, tokens, prompt=10, status=RequestStatus.OK, engine="vllm", users=1):
     return RequestRecord(engine=engine, users=users, user_id=0, request_id="r", send_s=send,
                          prompt_tokens=prompt, max_tokens=len(tokens), first_token_s=tokens[0] if tokens else None,
                          end_s=tokens[-1] if tokens else send + 1, token_times_s=list(tokens), status=status)
@@ -55,7 +56,7 @@ def test_summary_counts_completed_requests_over_the_level_window():
     records = [
         record(0.0, [1.0, 2.0, 3.0], prompt=10),          # 3 tokens
         record(1.0, [2.0, 4.0], prompt=20),               # 2 tokens, ends last at 4.0
-        record(0.5, [1.5], prompt=5, status=ERROR),       # errored: not counted in throughput
+        record(0.5, [1.5], prompt=5, status=RequestStatus.ERROR),       # errored: not counted in throughput
     ]
     s = summarize(records, "vllm", 3)
     assert s.requests == 3 and s.completed == 2 and s.errors == 1

@@ -1,10 +1,10 @@
-"""lab.mirror: the page's copy of a run, kept by parts, equals the run it mirrors at every step."""
+"""lab.app.mirror: the page's copy of a run, kept by parts, equals the run it mirrors at every step."""
 
 import pickle
 
 from bench.redraw_cost import made_up_run
-from lab.mirror import SAME, apply_part, apply_run, held_thing, holding, part_of, run_part
-from lab.runs import OK
+from lab.app.mirror import SAME, apply_part, apply_run, held_thing, holding, part_of, run_part
+from lab.status import RunStatus
 from lab.sweeps import SweepResult
 
 
@@ -26,7 +26,7 @@ def synced(mirror, run):
 
 def assert_same(mirror, run):
     info = run.engine_info["vllm"]
-    assert (mirror.run_id, mirror.status, mirror.message) == (run.run_id, run.status, run.message)
+    assert (mirror.id, mirror.status, mirror.message) == (run.id, run.status, run.message)
     for mine, theirs in zip(mirror.levels, run.levels, strict=True):
         assert [r.request_id for r in mine.records] == [r.request_id for r in theirs.records]
         assert len(mine.samples) == len(theirs.samples) and mine.status == theirs.status
@@ -43,7 +43,7 @@ def test_a_mirror_follows_a_running_level_to_its_end():
     for record in in_flight:  # they end, the level ends
         record.end_s = record.token_times_s[-1]
         last.records.append(record)
-    last.finish(run.engine_info["vllm"], OK)
+    last.finish(run.engine_info["vllm"], RunStatus.OK)
     mirror = synced(mirror, run)
     assert_same(mirror, run)
     assert mirror.levels[-1].summary == last.summary and mirror.levels[-1].in_flight() == []
@@ -63,7 +63,7 @@ def test_a_new_run_replaces_the_mirror():
     first, _ = running_run()
     mirror = synced(None, first)
     second, _ = running_run()
-    assert second.run_id != first.run_id
+    assert second.id != first.id
     mirror = synced(mirror, second)
     assert_same(mirror, second)
 
@@ -77,7 +77,7 @@ def test_a_sweep_is_mirrored_with_its_live_run_and_once_ended_crosses_no_more():
     sweep.points.append({"value": 64, "restart_s": 5.0})
     again = apply_part(mirror, pickle.loads(pickle.dumps(part_of(sweep, held_thing(mirror, False)))))
     assert again.run is mirror.run and again.points == sweep.points  # the run kept, the rest replaced
-    sweep.status = OK  # as a sweep reads before its restore: its task still runs
+    sweep.status = RunStatus.OK  # as a sweep reads before its restore: its task still runs
     ended = apply_part(again, part_of(sweep, held_thing(again, False)))
     sweep.message = "done; vllm restored with the session's setting"
     assert part_of(sweep, held_thing(ended, False)).message == sweep.message  # not SAME: cut while it ran

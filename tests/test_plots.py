@@ -126,7 +126,7 @@ def test_repeats_draw_means_with_whiskers_and_one_table_row_each(char_tokenizer)
 def test_compare_figures(run, char_tokenizer):
     summaries = [summary_dict(run), summary_dict(fake_run(char_tokenizer))]
     bars = compare_figure(summaries)
-    assert len(bars.data) == 4 and run.run_id[:6] in bars.data[0].name
+    assert len(bars.data) == 4 and run.id[:6] in bars.data[0].name
     assert "compared" in bars.layout.title.text
     ratios = compare_ratio_figure(summaries)
     assert len(ratios.data) == 2 and list(ratios.data[0].x) == ["1", "2"]

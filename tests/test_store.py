@@ -8,7 +8,7 @@ import pytest
 from lab.config import LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
 from lab.runs import RunResult, execute, summary_dict, write_run
-from lab.store import export_run, list_runs, load_summary, run_label, save_run
+from lab.store import export_run, list_runs, load_summary, run_label, save
 from tests.test_driver import fake_result
 
 
@@ -63,10 +63,10 @@ def test_save_list_and_load(tmp_path, char_tokenizer):
     db = tmp_path / "results.sqlite"
     old = finished_run(char_tokenizer, started_at="2024-01-01T00:00:00+00:00")
     new = finished_run(char_tokenizer, started_at="2025-01-01T00:00:00+00:00")
-    save_run(db, old)
-    save_run(db, new)
+    save(db, old)
+    save(db, new)
     rows = list_runs(db)
-    assert [r["run_id"] for r in rows] == [new.run_id, old.run_id]  # newest first
+    assert [r["run_id"] for r in rows] == [new.id, old.id]  # newest first
     row = rows[0]
     assert row["status"] == "ok" and row["model"] == "fake" and row["workload"] == "mixed"
     summary = summary_dict(new)
@@ -75,8 +75,8 @@ def test_save_list_and_load(tmp_path, char_tokenizer):
     assert (row["HF tok/s"], row["vLLM tok/s"]) == (round(top["hf"], 1), round(top["vllm"], 1))
     assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["vLLM/HF"], float)
     assert "engine args" not in row  # in the detail view
-    assert run_label(row).endswith(f"users 1,2 · ok ({new.run_id})")
-    assert load_summary(db, new.run_id) == json.loads(json.dumps(summary_dict(new)))
+    assert run_label(row).endswith(f"users 1,2 · ok ({new.id})")
+    assert load_summary(db, new.id) == json.loads(json.dumps(summary_dict(new)))
 
 
 def test_unknown_run_is_a_key_error(tmp_path):
@@ -90,8 +90,8 @@ def test_unknown_run_is_a_key_error(tmp_path):
 def test_export_writes_the_cli_files(tmp_path, char_tokenizer):
     db = tmp_path / "results.sqlite"
     result = finished_run(char_tokenizer)
-    save_run(db, result)
-    exported = export_run(db, result.run_id, tmp_path / "exported")
+    save(db, result)
+    exported = export_run(db, result.id, tmp_path / "exported")
     written = write_run(result, tmp_path / "cli")
     assert set(exported) == set(written) == {"summary", "requests"}
     for name, path in exported.items():
@@ -105,14 +105,14 @@ def test_partial_runs_are_saved(tmp_path, char_tokenizer, make, status):
     db = tmp_path / "results.sqlite"
     result = make(char_tokenizer)
     assert result.status == status
-    save_run(db, result)
+    save(db, result)
     assert [r["status"] for r in list_runs(db)] == [status]
-    summary = load_summary(db, result.run_id)
+    summary = load_summary(db, result.id)
     assert summary["status"] == status and summary["runs"]
     assert summary["runs"][0]["engine"] == "hf" and summary["runs"][0]["requests"] >= 1
     if status == "failed":
         assert "engine died" in summary["error"]
-    csv_lines = export_run(db, result.run_id, tmp_path / "out")["requests"].read_text().splitlines()
+    csv_lines = export_run(db, result.id, tmp_path / "out")["requests"].read_text().splitlines()
     assert len(csv_lines) > 1
 
 
@@ -120,10 +120,35 @@ def test_saving_again_updates_the_run(tmp_path, char_tokenizer):
     db = tmp_path / "results.sqlite"
     engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
     result = fake_result(plan(), engines)
-    save_run(db, result)  # as the run starts: no level yet
-    assert load_summary(db, result.run_id)["status"] == "running"
+    save(db, result)  # as the run starts: no level yet
+    assert load_summary(db, result.id)["status"] == "running"
     asyncio.run(execute(result.plan, engines, char_tokenizer, result))
-    save_run(db, result)
+    save(db, result)
     rows = list_runs(db)
     assert len(rows) == 1 and rows[0]["status"] == "ok"
-    assert len(load_summary(db, result.run_id)["runs"]) == 4
+    assert len(load_summary(db, result.id)["runs"]) == 4
+
+
+def test_an_older_database_moves_into_the_one_table(tmp_path, char_tokenizer):
+    """A database written before one table held every kind: its runs, experiments and sweeps are listed as before."""
+    import sqlite3
+
+    from lab.store import list_experiments, list_sweeps
+
+    db, run = tmp_path / "old.sqlite", finished_run(char_tokenizer)
+    summary = summary_dict(run)
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table runs (run_id text primary key, started_at text, status text, model text, "
+                     "device text, workload text, users text, engines text, summary_json text, requests_csv text)")
+        conn.execute("insert into runs values (?,?,?,?,?,?,?,?,?,?)", (run.id, run.started_at, "ok", "m", "cpu",
+                     "mixed", "1,2", "hf,vllm", json.dumps(summary, default=str), "engine\n"))
+        for table, key, kind in (("experiments", "experiment_id", "kind"), ("sweeps", "sweep_id", "knob")):
+            conn.execute(f"create table {table} ({key} text primary key, {kind} text, started_at text, "
+                         f"status text, model text, device text, result_json text)")
+            conn.execute(f"insert into {table} values ('{table}', 'waste', '2026-01-01', 'ok', 'm', 'cpu', '{{}}')")
+    assert [r["run_id"] for r in list_runs(db)] == [run.id]
+    assert list_experiments(db, "waste") == [{}] == list_sweeps(db, "waste")
+    assert export_run(db, run.id, tmp_path / "out")["requests"].read_text() == "engine\n"
+    with sqlite3.connect(db) as conn:
+        tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+    assert tables == {"results"}

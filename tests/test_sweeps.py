@@ -6,7 +6,7 @@ import pytest
 from lab.config import EngineConfig, LoadConfig
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
-from lab.store import list_sweeps, load_sweep, save_sweep
+from lab.store import list_sweeps, load_sweep, save
 from lab.sweeps import (
     SweepPlan,
     SweepResult,
@@ -82,13 +82,13 @@ def test_sweeps_are_stored_and_listed_partial_ones_too(tmp_path):
     db = tmp_path / "r.sqlite"
     result = SweepResult(plan=SweepPlan("max_num_seqs", (1, 4), LOAD), model="m", device={"name": "cpu"},
                          points=POINTS[:1], status=RunStatus.CANCELLED)
-    save_sweep(db, result)
+    save(db, result)
     result.points = POINTS
-    save_sweep(db, result)  # updated in place as each value ends
+    save(db, result)  # updated in place as each value ends
     (stored,) = list_sweeps(db)
     assert stored["status"] == "cancelled" and len(stored["points"]) == 2 and stored["knob"] == "max_num_seqs"
     assert list_sweeps(db, knob="block_size") == []
-    assert load_sweep(db, result.sweep_id) == stored
+    assert load_sweep(db, result.id) == stored
     with pytest.raises(KeyError, match="no stored sweep"):
         load_sweep(db, "nope")
 

@@ -12,9 +12,9 @@ import pytest
 
 from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
+from lab.app.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
+from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig
-from lab.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
-from lab.host_process import RemoteHost
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -92,7 +92,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """The app of app.py (same host process, same build_app), served on a free port, engines loaded."""
-    from lab.ui import build_app
+    from lab.app.ui import build_app
 
     host = RemoteHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
                    db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
@@ -202,14 +202,14 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     wait_text(page, "#message", "started", 30)
     assert page.input_value("#users textarea") == preset.users
     assert host.result.plan == preset.plan(host.config)
-    run_id = host.result.run_id  # the demo's run (checked just above); the message line may have moved on
+    run_id = host.result.id  # the demo's run (checked just above); the message line may have moved on
     try:
         wait_text(page, "#progress", f"Run {run_id} done: ", 300)
     except Exception as exc:  # say where the run stood (a run that hung once here must be found)
         result = host.result
         levels = [(lvl.engine, lvl.users, lvl.status, len(lvl.records), len(lvl.in_flight())) for lvl in result.levels]
         raise AssertionError(f"progress: {page.inner_text('#progress')!r}; message {page.inner_text('#message')!r}; "
-                             f"run {result.run_id} {result.status} "
+                             f"run {result.id} {result.status} "
                              f"{result.message!r}; levels {levels}; running {host.running()}") from exc
     time.sleep(1.5)  # one more timer tick draws the final figures
     for plot in PLOTS:
@@ -277,7 +277,7 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     wait_text(first, "#progress", "cancelled", 30)
     assert host.wait_run(10).status == "cancelled"
     assert time.monotonic() - clicked < 6  # stops within about two seconds (+ the page's 1 s timer)
-    wait_text(second, "#message", f"Run {host.result.run_id} ended: cancelled", 10)  # no 'Cancelling' left
+    wait_text(second, "#message", f"Run {host.result.id} ended: cancelled", 10)  # no 'Cancelling' left
     second.wait_for_selector("#run:enabled", timeout=10_000)
     assert second.is_disabled("#cancel")
     finished = sum(1 for lvl in host.result.levels for r in lvl.records if r.status == "ok")
@@ -285,7 +285,7 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     wait_text(first, "#latency", "vllm" if host.result.levels[-1].engine == "vllm" else "hf", 10)
     rows, _ = client(url).predict(api_name="/load_runs")
     stored = {row[0]: row for row in rows["data"]}
-    assert host.result.run_id in stored and "cancelled" in stored[host.result.run_id]
+    assert host.result.id in stored and "cancelled" in stored[host.result.id]
     first.close()
     second.close()
 
@@ -302,15 +302,15 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     assert "started" in c.predict(["vllm"], "3", "decode", 64, BOUND_REQUESTS, 4, 1, api_name="/start_run")
     while not any(r.output_tokens for lvl in host.result.levels for r in lvl.sent):
         time.sleep(0.1)
-    core = next(p for p in psutil.Process(host.pid).children() if "EngineCore" in " ".join(p.cmdline()))
-    assert host.pid != os.getpid()  # vLLM's engine process: a child of the app's engine host process
+    core = next(p for p in psutil.Process(host._pid).children() if "EngineCore" in " ".join(p.cmdline()))
+    assert host._pid != os.getpid()  # vLLM's engine process: a child of the app's engine host process
     os.kill(core.pid, signal.SIGKILL)
     result = host.wait_run(60)
     assert result.status == "failed", result.message
     assert result.error == "vLLM's engine process exited (signal 9, SIGKILL), during the 3-user level of vllm"
     assert result.levels[-1].status == "failed" and result.levels[-1].records  # what it measured is kept
     rows, _ = c.predict(api_name="/load_runs")
-    assert {row[0]: row for row in rows["data"]}[result.run_id][2] == "failed"
+    assert {row[0]: row for row in rows["data"]}[result.id][2] == "failed"
     wait_text(page, "#load-status", "vllm dead", 20)
     assert "signal 9" in page.inner_text("#load-status")
     assert main(["env", "--app", url]) == 0  # the CLI asks the running app
@@ -376,7 +376,7 @@ def test_a_short_soak_prints_its_growth(served):
 
 # -- the KV cache tab -----------------------------------------------------------------------------------
 def test_kv_parameters_split_on_whitespace_only_so_tuples_keep_their_commas():
-    from lab.ui_kv import parse_pairs
+    from lab.app.ui_kv import parse_pairs
 
     assert parse_pairs("users=1,5  output_len=24, workload=mixed") == {
         "users": "1,5", "output_len": "24", "workload": "mixed"}
@@ -478,7 +478,7 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     wait_text(page, "#sweep-message", "started", 30)
     wait_text(page, "#sweep-progress", "max_num_seqs=2 (1/2; 1 left after it)", 30)
     wait_text(page, "#sweep-progress", "vllm restored with the session's setting", 300)
-    wait_text(page, "#sweep-stored", host.sweep.sweep_id, 20)
+    wait_text(page, "#sweep-stored", host.sweep.id, 20)
     assert [p["engine_arg"] for p in host.sweep.points] == ["max_num_seqs=2", "max_num_seqs=4"]
     host.wait_run(30)  # the sweep's task ends right after the restore
     restored = host.environment()["engines"]["vllm"]["args"]["max_num_seqs"]
@@ -493,7 +493,7 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     page.close()
     later = open_ready(browser, url)  # a page opened later lists the stored sweep, draws it and offers its files
     later.get_by_role("tab", name="Sweeps").click()
-    sweep_id = host.sweep.sweep_id
+    sweep_id = host.sweep.id
     wait_text(later, "#sweep-stored", sweep_id, 20)
     later.click("#sweep-chosen input")
     later.get_by_role("option", name=f"({sweep_id})").click()
@@ -534,9 +534,9 @@ def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(se
     assert f"{fields['total']['value']:.2f}x" in caption and "a step took" in caption  # 1 user: its step times
     assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 1
     assert "hf → vllm" in page.inner_text("#why-factors")
-    assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.experiment.experiment_id
+    assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.experiment.id
     page.click("#why-stored input")
-    page.get_by_role("option", name=host.experiment.experiment_id).click()  # the history shows it again
+    page.get_by_role("option", name=host.experiment.id).click()  # the history shows it again
     wait_text(page, "#why-caption", "HF's output tok/s", 20)
     page.screenshot(path=str(tmp_path / "why.png"), full_page=True)
     page.close()
@@ -560,7 +560,7 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     result = host.experiment
     assert result.status == "cancelled" and 2 <= len(result.rows) < 10 and result.fields["total"] is not None
     stored = {d["experiment_id"]: d for d in list_experiments(host.db_path, "why")}
-    mine = stored[result.experiment_id]
+    mine = stored[result.id]
     assert mine["status"] == "cancelled" and mine["rungs"]["hf"]["tok_s"]
     page.close()
 

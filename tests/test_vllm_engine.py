@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from lab.config import EngineConfig
 from lab.engines.base import GenRequest, RequestRejected
 from lab.engines.vllm_engine import _END, StepLoop, StepSlot, VLLMStepEngine
-from lab.load.driver import ERROR, OK, run_users
+from lab.load.driver import run_users
+from lab.status import RequestStatus
 
 
 class FakeCore:
@@ -71,7 +72,7 @@ def test_every_token_of_a_step_gets_the_steps_one_timestamp():
     requests = [GenRequest("a", (1, 2), 3), GenRequest("b", (1, 2), 5)]
     records = {r.request_id: r for r in run_with(FakeCore(), requests, users=2)}
     a, b = records["a"], records["b"]
-    assert (a.status, a.output_tokens, b.status, b.output_tokens) == (OK, 3, OK, 5)
+    assert (a.status, a.output_tokens, b.status, b.output_tokens) == (RequestStatus.OK, 3, RequestStatus.OK, 5)
     shared = set(a.token_times_s) & set(b.token_times_s)
     assert len(shared) >= 2  # the steps both were in stamped both with one time
     assert b.token_times_s == sorted(b.token_times_s) and len(set(b.token_times_s)) == 5
@@ -81,9 +82,9 @@ def test_a_freed_user_joins_at_a_later_step_and_rejections_are_per_request():
     core = FakeCore()
     requests = [GenRequest("short", (1,), 2), GenRequest("next", (1,), 2), GenRequest("huge", (1,), 99)]
     records = {r.request_id: r for r in run_with(core, requests, users=1)}
-    assert records["short"].status == records["next"].status == OK
+    assert records["short"].status == records["next"].status == RequestStatus.OK
     assert records["next"].send_s >= records["short"].end_s  # closed loop: one user, one at a time
-    assert records["huge"].status == ERROR and "vLLM rejected the request" in records["huge"].error
+    assert records["huge"].status == RequestStatus.ERROR and "vLLM rejected the request" in records["huge"].error
     assert core.steps == 4
 
 

@@ -13,19 +13,18 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
-import datetime as dt
 import importlib
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lab.config import decimal, whole, whole_or_none
 from lab.environment import read_device, versions
 from lab.runs import RunResult
 from lab.status import RunStatus
+from lab.tasks import TaskResult, supervise
 
 log = logging.getLogger(__name__)
 
@@ -127,32 +126,29 @@ def _one(key: str, value: Any, rule, kind: str) -> Any:
         raise ValueError(f"{key}: {value!r} is not a {kind}") from None
 
 
-@dataclass
-class ExperimentResult:
+@dataclass(kw_only=True)
+class ExperimentResult(TaskResult):
     """One experiment, live while it runs and kept (partial) when it fails or is cancelled."""
+
+    KIND: ClassVar[str] = "experiment"
 
     experiment: str
     params: Any
-    model: str
-    device: dict
-    versions: dict
-    engine_args: dict = field(default_factory=dict)
-    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    started_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
-    status: RunStatus = RunStatus.RUNNING
-    error: str = ""
-    message: str = "starting"
     fields: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)
     series: dict = field(default_factory=dict)
     run: RunResult | None = None  # the load run underneath, for live views
 
+    def name(self) -> str:
+        """The experiment's name."""
+        return self.experiment
+
     def to_dict(self) -> dict:
         """As experiment.json holds it."""
-        return {"experiment": self.experiment, "experiment_id": self.experiment_id, "started_at": self.started_at,
-                "status": self.status, "error": self.error, "params": dataclasses.asdict(self.params),
-                "model": self.model, "device": self.device, "engine_args": self.engine_args,
-                "versions": self.versions, **self.fields, "series": self.series}
+        return {"experiment": self.experiment, "experiment_id": self.id, "started_at": self.started_at,
+                "ended_at": self.ended_at, "status": self.status, "error": self.error,
+                "params": dataclasses.asdict(self.params), "model": self.model, "device": self.device,
+                "engine_args": self.engine_args, "versions": self.versions, **self.fields, "series": self.series}
 
 
 def new_result(session, name: str, params: Any) -> ExperimentResult:
@@ -179,19 +175,8 @@ async def run_experiment(session, name: str, params: Any, result: ExperimentResu
     validate(name, params, session.config)
     result = result or new_result(session, name, params)
     notify = on_update or (lambda r: None)
-    try:
-        await module(name).run(session, params, result, notify)
-        result.status, result.message = RunStatus.OK, "done"
-    except asyncio.CancelledError:
-        result.status, result.message = RunStatus.CANCELLED, "cancelled: what was measured is kept"
-        salvage(session, name, result)
-    except Exception as exc:
-        log.exception("experiment %s failed", name)
-        result.status, result.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
-        result.message = f"failed: {result.error} (what was measured is kept)"
-        salvage(session, name, result)
-    notify(result)
-    return result
+    return await supervise(result, module(name).run(session, params, result, notify), notify,
+                           lambda: salvage(session, name, result))
 
 
 def ended(run: RunResult) -> None:

@@ -15,6 +15,7 @@ from lab.engines.base import GenRequest
 from lab.load.driver import run_users
 from lab.load.workloads import passage_ids
 from lab.metrics import percentile, ttft_s
+from lab.status import RequestStatus
 
 ENGINES = ("vllm",)  # the engines this experiment needs loaded
 
@@ -73,7 +74,7 @@ async def run(session, params: Params, result, notify) -> None:
         ttfts = [t for r in records if (t := ttft_s(r)) is not None]
         result.fields[order] = {"hit_rate": hits / queries if queries else None, "queried_tokens": queries,
                                 "hit_tokens": hits, "ttft_p50_s": percentile(ttfts, 50),
-                                "errors": sum(1 for r in records if r.status != "ok")}
+                                "errors": sum(1 for r in records if r.status != RequestStatus.OK)}
         result.rows += [{"order": order, "request_id": r.request_id, "prompt_tokens": r.prompt_tokens,
                          "ttft_s": ttft_s(r), "status": r.status} for r in records]
         notify(result)

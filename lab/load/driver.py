@@ -18,9 +18,6 @@ from lab.status import RequestStatus
 
 log = logging.getLogger(__name__)
 
-OK, ERROR, CANCELLED = RequestStatus.OK, RequestStatus.ERROR, RequestStatus.CANCELLED
-
-
 @dataclass
 class RequestRecord:
     """What happened to one request. Times are time.perf_counter() seconds.
@@ -53,7 +50,7 @@ class RequestRecord:
     first_token_s: float | None = None
     end_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)
-    status: RequestStatus = OK
+    status: RequestStatus = RequestStatus.OK
     error: str = ""
     scheduled_s: float | None = None
 
@@ -86,14 +83,14 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
                 record.first_token_s = chunk.time_s
             record.token_times_s.extend(chunk.token_times())
     except asyncio.CancelledError:  # swallowed on purpose: the caller re-raises after recording
-        record.status, record.error = CANCELLED, "run cancelled"
+        record.status, record.error = RequestStatus.CANCELLED, "run cancelled"
     except RequestCancelled as exc:
-        record.status, record.error = CANCELLED, str(exc)
+        record.status, record.error = RequestStatus.CANCELLED, str(exc)
     except RequestRejected as exc:
-        record.status, record.error = ERROR, str(exc)
+        record.status, record.error = RequestStatus.ERROR, str(exc)
     except Exception as exc:  # noqa: BLE001 - an engine failure is this request's data
-        record.status, record.error = ERROR, f"{type(exc).__name__}: {exc}"
-    record.end_s = record.token_times_s[-1] if record.status == OK and record.token_times_s else (
+        record.status, record.error = RequestStatus.ERROR, f"{type(exc).__name__}: {exc}"
+    record.end_s = record.token_times_s[-1] if record.status == RequestStatus.OK and record.token_times_s else (
         time.perf_counter()
     )
     return record

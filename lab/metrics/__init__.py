@@ -31,7 +31,8 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from lab.load.driver import CANCELLED, OK, RequestRecord
+from lab.load.driver import RequestRecord
+from lab.status import RequestStatus
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ SLO_CHECKS = {"ttft": ttft_from_schedule_s, "tpot": tpot_s, "e2e": e2e_from_sche
 def meets_slo(record: RequestRecord, slo: Sequence[tuple[str, float]]) -> bool:
     """Whether a completed request meets every target (a TPOT it cannot have, with 1 token, passes; a missing
     TTFT or E2E fails)."""
-    if record.status != OK:
+    if record.status != RequestStatus.OK:
         return False
 
     def meets(name: str, limit: float) -> bool:
@@ -175,7 +176,7 @@ def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat:
     Returns:
         The level's summary; throughput counts completed requests only.
     """
-    done = [r for r in records if r.status == OK]
+    done = [r for r in records if r.status == RequestStatus.OK]
     window = level_window_s(records)
     duration = (window[1] - window[0]) if window else 0.0
     out_tokens = sum(r.output_tokens for r in done)
@@ -186,8 +187,8 @@ def summarize(records: Sequence[RequestRecord], engine: str, users: int, repeat:
 
     return LevelSummary(
         engine=engine, users=users, requests=len(records), completed=len(done),
-        errors=sum(1 for r in records if r.status not in (OK, CANCELLED)),
-        cancelled=sum(1 for r in records if r.status == CANCELLED),
+        errors=sum(1 for r in records if r.status not in (RequestStatus.OK, RequestStatus.CANCELLED)),
+        cancelled=sum(1 for r in records if r.status == RequestStatus.CANCELLED),
         duration_s=duration, input_tokens=in_tokens, output_tokens=out_tokens,
         output_tok_s=per_s(out_tokens), total_tok_s=per_s(in_tokens + out_tokens),
         req_s=per_s(len(done)),
@@ -204,7 +205,8 @@ def open_loop_fields(records: Sequence[RequestRecord], done: Sequence[RequestRec
     """The summary's queue and from-schedule TTFT (open loop) and goodput (with an SLO)."""
     fields = {}
     if any(r.scheduled_s is not None for r in records):
-        fields["queue_s"] = distribution(v for r in records if r.status == OK and (v := queue_s(r)) is not None)
+        fields["queue_s"] = distribution(v for r in records
+                                         if r.status == RequestStatus.OK and (v := queue_s(r)) is not None)
         fields["ttft_scheduled_s"] = distribution(v for r in done if (v := ttft_from_schedule_s(r)) is not None)
     if slo:
         met = sum(1 for r in done if meets_slo(r, slo))

@@ -1,6 +1,6 @@
 """Pure loaders behind the dashboard: turn user input into plans and runs into what the page shows.
 
-No gradio here: lab/ui.py only lays out components and wires these functions to events, and the
+No gradio here: lab/app/ui.py only lays out components and wires these functions to events, and the
 notebooks can call them too.
 """
 
@@ -30,11 +30,18 @@ from lab.plots import (
     tok_s_bars,
     vllm_kv_figure,
 )
-from lab.runs import RUNNING, RunResult, summary_dict
+from lab.runs import RunResult, summary_dict
 from lab.sentences import ratio_caption
-from lab.status import RequestStatus
+from lab.status import RequestStatus, RunStatus
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
+
+
+def engine_choices(loaded) -> list[tuple[str, str]]:
+    """The form's engine choices: (label, name) of each loaded engine, the registry's kinds in its order, then
+    the endpoints (labelled by their own names)."""
+    kinds = [name for name in registry.names() if name in loaded]
+    return [(registry.label(name), name) for name in kinds + [n for n in loaded if n not in kinds]]
 
 
 def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text: str, workload: str,
@@ -80,19 +87,19 @@ def progress_text(result: RunResult | None) -> str:
         return "No run yet: once the line at the top says the engines are ready, choose a workload and press Run."
     current = result.current()
     total_done = sum(len(lvl.records) for lvl in result.levels)
-    if result.status == RUNNING and current is not None:
+    if result.status == RunStatus.RUNNING and current is not None:
         planned = f"/{current.planned}" if current.planned else ""
-        return (f"Running {result.run_id}: **{current.engine}** at **{current.users}** "
+        return (f"Running {result.id}: **{current.engine}** at **{current.users}** "
                 f"user{'s' if current.users > 1 else ''}, "
                 f"{len(current.records)}{planned} requests done in this level ({total_done} in the run).")
-    if result.status == RUNNING:
-        return f"Running {result.run_id}: {result.message}"
+    if result.status == RunStatus.RUNNING:
+        return f"Running {result.id}: {result.message}"
     ended = [r.status for lvl in result.levels for r in lvl.records]
     finished = ended.count(RequestStatus.OK)
     parts = [f"{ended.count(status)} {words}" for status, words in
              ((RequestStatus.CANCELLED, "stopped by the cancel"), (RequestStatus.ERROR, "failed"))
              if ended.count(status)]
-    return (f"Run {result.run_id} {result.message}: {finished} requests finished"
+    return (f"Run {result.id} {result.message}: {finished} requests finished"
             + (f", {' and '.join(parts)} before their last token" if parts else "") + ".")
 
 
@@ -136,7 +143,7 @@ def per_level_key(result: RunResult | None) -> tuple | None:
     """Changes when a level begins or ends, or the run ends (per_level_view's redraw key)."""
     if result is None:
         return None
-    return result.run_id, len(result.levels), sum(lvl.summary is not None for lvl in result.levels), result.status
+    return result.id, len(result.levels), sum(lvl.summary is not None for lvl in result.levels), result.status
 
 
 def environment_markdown(env: dict) -> str:
@@ -183,7 +190,7 @@ def agreement_markdown(agreement: dict | None) -> str:
     """The start-up agreement check as text: the verdicts, then one table per compared engine pair.
 
     Args:
-        agreement: ``LabHost.agreement()``: None until two engines have loaded, else ok, verdicts, pairs.
+        agreement: ``Host.agreement()``: None until two engines have loaded, else ok, verdicts, pairs.
     """
     if agreement is None:
         return "Not checked (yet): the check runs once two engines have loaded."

@@ -1,8 +1,8 @@
 """The "Why" tab: the HF-to-vLLM ratio taken apart (the why ladder, lab.experiments.why), run from the page.
 
-Pure helpers first (the progress line, the factors table), then WhyHandlers over one LabHost, then the layout
+Pure helpers first (the progress line, the factors table), then WhyHandlers over one Host, then the layout
 and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the turns
-measured, and it is stored with the other experiments; the tab lists the stored ladders. As in lab/ui_kv.py,
+measured, and it is stored with the other experiments; the tab lists the stored ladders. As in lab/app/ui_kv.py,
 the tab's gr.Timer writes a cheap change key and the figure, caption and table are redrawn only when it moved.
 """
 
@@ -13,14 +13,15 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
+from lab.app.seam import Host
+from lab.app.ui_timer import redraw_on_change, run_cancel_lines
 from lab.config import whole
 from lab.experiments import parse_params
 from lab.experiments.why import PRESET_WORDS, PRESETS
-from lab.host import LabHost
 from lab.ladder import RUNGS
 from lab.plots_why import fields_figure, ladder_figure
+from lab.status import RunStatus
 from lab.store import list_experiments
-from lab.ui_timer import redraw_on_change, run_cancel_lines
 
 NO_LADDER = "No ladder yet: choose a preset and press **Run**."
 INTRO = ("The lab holds every contender, so it can take its own ratio apart. Each rung changes one mechanism and "
@@ -38,7 +39,7 @@ def ladder_progress(result) -> str:
     if result is None:
         return NO_LADDER
     preset = result.fields.get("preset", getattr(result.params, "preset", ""))
-    return f"Ladder **{preset}** ({result.experiment_id}): status {result.status}: {result.message}"
+    return f"Ladder **{preset}** ({result.id}): status {result.status}: {result.message}"
 
 
 def factors_table(fields: dict) -> pd.DataFrame:
@@ -52,9 +53,9 @@ def factors_table(fields: dict) -> pd.DataFrame:
 
 # -- handlers ----------------------------------------------------------------------------------------
 class WhyHandlers:
-    """The tab's event handlers over one LabHost."""
+    """The tab's event handlers over one Host."""
 
-    def __init__(self, host: LabHost):
+    def __init__(self, host: Host):
         self.host = host
 
     def start(self, preset: str, repeats, rungs: str) -> str:
@@ -79,12 +80,12 @@ class WhyHandlers:
         result = self.ladder()
         if result is None:
             return None
-        return result.experiment_id, str(result.status), result.message, len(result.rows)
+        return result.id, str(result.status), result.message, len(result.rows)
 
     def ended_key(self) -> tuple | None:
         """Changes when a ladder starts and when it ends (the stored list grows then)."""
         result = self.ladder()
-        return None if result is None else (result.experiment_id, str(result.status) == "running")
+        return None if result is None else (result.id, result.status == RunStatus.RUNNING)
 
     def result_view(self) -> tuple:
         """The progress line, the figure, the computed caption and the factors."""
@@ -120,7 +121,7 @@ class WhyTab:
     result: list  # progress, figure, caption, factors: in WhyHandlers.result_view's order
 
 
-def build_why_tab(host: LabHost, tick_s: float, quiet: dict) -> WhyTab:
+def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
     """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host``."""
     handlers = WhyHandlers(host)
     with gr.Tab("Why", id="why"):

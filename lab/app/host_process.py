@@ -2,10 +2,10 @@
 
 On a GPU, a page drawn in the interpreter that runs vLLM's async front end took up to 5% of its tok/s (#9,
 docs/benchmarks.md): app.py therefore serves the page from one process and drives the engines from another.
-``RemoteHost`` starts ``python -m lab.host_process`` in a session of its own (a terminal's Ctrl-C reaches the
+``RemoteHost`` starts ``python -m lab.app.host_process`` in a session of its own (a terminal's Ctrl-C reaches the
 app, which closes it), running a LabHost, and offers the page LabHost's surface. Commands go over a Unix
 socket (one connection per calling thread; the host's errors, ValueError included, are raised again in the
-page's process). What the page draws is a mirror (lab.mirror) that a thread brings up to date every SYNC_S:
+page's process). What the page draws is a mirror (lab.app.mirror) that a thread brings up to date every SYNC_S:
 the host cuts what is new on its event loop, where nothing changes meanwhile, while a run goes or when its
 version moved. The host process stops its engines and leaves when told to close, on SIGTERM, or when the
 app's pipe to it closes (the app was killed). If the host process dies, calls raise HostGone, the page says
@@ -31,9 +31,11 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
 from lab import LOG_FORMAT
+from lab.app.host import LabHost
+from lab.app.mirror import apply_part, apply_run, held_thing, holding, part_of, run_part
+from lab.app.runner import poll_until
+from lab.app.seam import Host, LoadStatus, members
 from lab.config import EngineConfig
-from lab.host import LabHost, LoadStatus
-from lab.mirror import apply_part, apply_run, held_thing, holding, part_of, run_part
 from lab.status import EngineHealth, RunStatus
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,7 @@ LOOP_WAIT_S = 2.0  # a sync that finds the host's loop busy longer than this bri
 CONNECT_S = 120.0  # the host process's imports on a slow machine
 ANSWER_POLL_S = 0.5  # how often a call waiting for its answer checks that the host process lives
 STOP_S = 90.0  # the host process's own close (vLLM's stop) before the app kills it
-COMMANDS = ("submit", "submit_experiment", "submit_sweep", "cancel", "connect_endpoint", "restart_dead",
-            "environment")
+COMMANDS = members("command") + members("ask")  # what the page may call in the host process
 
 
 class HostGone(RuntimeError):
@@ -105,9 +106,9 @@ class HostService:
         except TimeoutError:  # the loop is busy: the next sync asks again
             running, parts = host.running(), None
         health = host.health()
-        return Snapshot(version=version, running=running, status=host.status, status_text=host.status_text(health),
-                        health=health, dead=host.dead(health), agreement=host.agreement(), config=host.config,
-                        engine_names=host.engine_names, parts=parts)
+        return Snapshot(version=version, running=running, status=host.status,
+                        status_text=host.doctor.status_text(health), health=health, dead=host.doctor.dead(health),
+                        agreement=host.agreement(), config=host.config, engine_names=host.engine_names, parts=parts)
 
     def close(self) -> None:
         """Stop the engines (once, whoever asks first: the app, SIGTERM, or the app's pipe closing)."""
@@ -193,7 +194,7 @@ def _watch_parent(service: HostService) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lab.host_process ADDRESS``: serve a LabHost on a Unix socket (the key comes in KEY_ENV)."""
+    """``python -m lab.app.host_process ADDRESS``: serve a LabHost on a Unix socket (the key comes in KEY_ENV)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     address = (argv or sys.argv[1:])[0]
     service = HostService()
@@ -211,9 +212,8 @@ def main(argv: list[str] | None = None) -> None:
 # -- the page's side ---------------------------------------------------------------------------
 
 class RemoteHost:
-    """LabHost's surface for the page, with the engines in a process of their own (see the module doc)."""
-
-    wait_ready = LabHost.wait_ready  # it reads only ``status``
+    """The ``Host`` seam for the page, with the engines in a process of their own (see the module doc): its
+    commands, questions and reads are made from the seam's declarations (``_forward``), not written here."""
 
     def __init__(self, config: EngineConfig, engines: tuple[str, ...] = ("hf", "vllm"),
                  db_path: str | Path | None = None):
@@ -224,14 +224,14 @@ class RemoteHost:
         self._key, self._local, self._sync_lock = secrets.token_bytes(16), threading.local(), threading.Lock()
         self._closed = threading.Event()
         self._dir = tempfile.mkdtemp(prefix="kvlab-host-")
-        self.address = os.path.join(self._dir, "host.sock")
-        self.process = subprocess.Popen([sys.executable, "-m", "lab.host_process", self.address],
+        self._address = os.path.join(self._dir, "host.sock")
+        self._process = subprocess.Popen([sys.executable, "-m", "lab.app.host_process", self._address],
                                         stdin=subprocess.PIPE, start_new_session=True,
                                         env={**os.environ, KEY_ENV: self._key.hex()})
-        self.pid = self.process.pid
+        self._pid = self._process.pid
         try:
             self.check, db = self._call("init", config, engines, None if db_path is None else str(db_path))
-            self.sync()
+            self._sync()
         except BaseException:
             self._stop_process()
             raise
@@ -249,9 +249,9 @@ class RemoteHost:
         deadline = time.monotonic() + CONNECT_S
         while True:
             try:
-                return Client(self.address, family="AF_UNIX", authkey=self._key)
+                return Client(self._address, family="AF_UNIX", authkey=self._key)
             except (FileNotFoundError, ConnectionRefusedError):
-                if self.process.poll() is not None or time.monotonic() > deadline:
+                if self._process.poll() is not None or time.monotonic() > deadline:
                     raise HostGone(self._gone_words()) from None
                 time.sleep(0.05)
 
@@ -261,7 +261,7 @@ class RemoteHost:
         try:
             conn.send((method, args))
             while not conn.poll(ANSWER_POLL_S):
-                if self.process.poll() is not None:  # dead, though a process it forked may hold the socket
+                if self._process.poll() is not None:  # dead, though a process it forked may hold the socket
                     raise EOFError
             kind, value = conn.recv()
         except (EOFError, OSError) as exc:
@@ -273,18 +273,18 @@ class RemoteHost:
 
     def _command(self, method: str, *args):
         value = self._call(method, *args)
-        self.sync()  # what the command started shows at once
+        self._sync()  # what the command started shows at once
         return value
 
     def _gone_words(self) -> str:
-        code = self.process.poll()
+        code = self._process.poll()
         if code is None:
             return "the engine host process does not answer"
         how = f"signal {-code}" if code < 0 else f"code {code}"
         return f"the engine host process exited ({how}): see the app's log, then restart the app"
 
     # -- the mirror -----------------------------------------------------------------------------
-    def sync(self) -> None:
+    def _sync(self) -> None:
         """Bring the header and the mirrored run, experiment and sweep up to date."""
         with self._sync_lock:
             held = (holding(self.result), held_thing(self.experiment, self._settled),
@@ -303,7 +303,7 @@ class RemoteHost:
         """Sync every SYNC_S until closed; once the host process is gone, say so in the header."""
         while not self._closed.wait(SYNC_S):
             try:
-                self.sync()
+                self._sync()
             except HostGone as exc:
                 if not self._closed.is_set():  # (a sync in flight as the app closes the host is no news)
                     log.error("%s", exc)
@@ -321,58 +321,11 @@ class RemoteHost:
                               status_text=f"**Engines gone:** {why}.", health=health, dead=[], agreement=None,
                               config=self.config, engine_names=self.engine_names, gone=why)
 
-    # -- LabHost's surface ------------------------------------------------------------------------
-    def start_loading(self) -> None:
-        """Start the engines in the host process; progress shows in ``status``."""
-        self._command("start_loading")
-
-    def submit(self, plan) -> tuple[bool, str]:
-        """LabHost.submit in the host process."""
-        return self._command("submit", plan)
-
-    def submit_experiment(self, name: str, params) -> tuple[bool, str]:
-        """LabHost.submit_experiment (its ValueError raised here)."""
-        return self._command("submit_experiment", name, params)
-
-    def submit_sweep(self, plan) -> tuple[bool, str]:
-        """LabHost.submit_sweep (its ValueError raised here)."""
-        return self._command("submit_sweep", plan)
-
-    def cancel(self) -> str:
-        """LabHost.cancel."""
-        return self._command("cancel")
-
-    def connect_endpoint(self, endpoint) -> tuple[bool, str]:
-        """LabHost.connect_endpoint."""
-        return self._command("connect_endpoint", endpoint)
-
-    def restart_dead(self) -> tuple[bool, str]:
-        """LabHost.restart_dead."""
-        return self._command("restart_dead")
-
-    def environment(self) -> dict:
-        """LabHost.environment (the process figures are the host process's)."""
-        return self._call("environment")
-
-    def running(self) -> bool:
-        """Whether a run, experiment or sweep goes (as of the last sync)."""
-        return self._snap.running
-
-    def health(self) -> dict[str, dict]:
-        """LabHost.health as of the last sync."""
-        return self._snap.health
-
-    def dead(self, health: dict | None = None) -> list[str]:
-        """LabHost.dead as of the last sync (``health``, which LabHost takes to save a read, is not needed)."""
-        return self._snap.dead
-
-    def status_text(self) -> str:
-        """LabHost.status_text as of the last sync, or why the host process is gone."""
-        return self._snap.status_text
-
-    def agreement(self) -> dict | None:
-        """LabHost.agreement as of the last sync."""
-        return self._snap.agreement
+    # -- each side's own -------------------------------------------------------------------------
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Block until the engines are loaded (or failed, or the host process is gone); True when ready."""
+        poll_until(lambda: self.status.ready or bool(self.status.error), timeout_s)
+        return self.status.ready
 
     def wait_run(self, timeout_s: float | None = None):
         """Block until the current run has ended and the mirror holds its end (or the timeout passes, or the
@@ -397,19 +350,42 @@ class RemoteHost:
             self._stop_process()
 
     def _stop_process(self) -> None:
-        self.process.stdin.close()  # a host process that did not get the close leaves on this
+        self._process.stdin.close()  # a host process that did not get the close leaves on this
         try:
-            self.process.wait(STOP_S)
+            self._process.wait(STOP_S)
         except subprocess.TimeoutExpired:
             log.error("the engine host process did not stop in %.0f s: killing it", STOP_S)
-            self.process.kill()
-            self.process.wait()
+            self._process.kill()
+            self._process.wait()
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)  # what it started and left (vLLM's engine core, if it died)
+            os.killpg(self._pid, signal.SIGKILL)  # what it started and left (vLLM's engine core, if it died)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-if __name__ == "__main__":  # through the package, so that what it pickles is lab.host_process's, not __main__'s
-    from lab.host_process import main as run_host
+
+
+def _forward(name: str, kind: str):
+    """RemoteHost's member ``name`` of the seam: a command sent (then a sync), a question asked, or a read of the
+    last sync's snapshot."""
+    if kind == "read":
+        def member(self):
+            return getattr(self._snap, name)
+    elif kind == "command":
+        def member(self, *args):
+            return self._command(name, *args)
+    else:
+        def member(self, *args):
+            return self._call(name, *args)
+    member.__name__, member.__doc__ = name, f"The host's {name} ({kind}): {getattr(Host, name).__doc__}"
+    return member
+
+
+for _kind in ("command", "ask", "read"):
+    for _name in members(_kind):
+        setattr(RemoteHost, _name, _forward(_name, _kind))
+
+
+if __name__ == "__main__":  # through the package, so that what it pickles is lab.app.host_process's, not __main__'s
+    from lab.app.host_process import main as run_host
 
     run_host()

@@ -1,8 +1,8 @@
 """The "KV cache" tab: run one KV-cache experiment (lab.experiments) from the page and watch it.
 
 Pure helpers first (the parameter text -> a dict of strings, the hint under it, the progress line, the
-fields shown), then KvHandlers (small named handlers over one LabHost), then the layout and its wiring.
-As in lab/ui.py, the tab's own gr.Timer writes cheap change keys into gr.State once a second and each
+fields shown), then KvHandlers (small named handlers over one Host), then the layout and its wiring.
+As in lab/app/ui.py, the tab's own gr.Timer writes cheap change keys into gr.State once a second and each
 group of components is redrawn only when its own key changed: the live block picture while an
 experiment's load run goes, and the progress line, figure and fields when the experiment's state moves.
 Every figure comes from lab.plots_kv, the functions the notebooks use.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from lab.app.seam import Host
+from lab.app.ui_timer import redraw_on_change, run_cancel_lines
 from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
-from lab.host import LabHost
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
-from lab.ui_timer import redraw_on_change, run_cancel_lines
 
 DEFAULT_EXPERIMENT = "blocks"
 NO_EXPERIMENT = "No experiment yet: choose one, set its parameters and press **Run**."
@@ -51,7 +51,7 @@ def experiment_progress(result) -> str:
     """One line: which experiment, its status and its own message."""
     if result is None:
         return NO_EXPERIMENT
-    return f"Experiment **{result.experiment}** ({result.experiment_id}): status {result.status}: {result.message}"
+    return f"Experiment **{result.experiment}** ({result.id}): status {result.status}: {result.message}"
 
 
 def shown_fields(result) -> dict:
@@ -65,9 +65,9 @@ def shown_fields(result) -> dict:
 
 # -- handlers ----------------------------------------------------------------------------------------
 class KvHandlers:
-    """The tab's event handlers over one LabHost: actions, change keys and the redraws they gate."""
+    """The tab's event handlers over one Host: actions, change keys and the redraws they gate."""
 
-    def __init__(self, host: LabHost):
+    def __init__(self, host: Host):
         self.host = host
 
     # actions
@@ -91,15 +91,15 @@ class KvHandlers:
         if result is None:
             return None
         if result.status == RunStatus.RUNNING and result.run is not None:
-            return result.experiment_id, self.host.version
-        return result.experiment_id, str(result.status), result.run is not None
+            return result.id, self.host.version
+        return result.id, str(result.status), result.run is not None
 
     def result_key(self) -> tuple | None:
         """Changes when the experiment's status, message, fields or series change."""
         result = self.host.experiment
         if result is None:
             return None
-        return (result.experiment_id, str(result.status), result.message, len(result.fields),
+        return (result.id, str(result.status), result.message, len(result.fields),
                 sum(len(s) for s in result.series.values()))
 
     # redraws
@@ -130,7 +130,7 @@ class KvTab:
     result: list  # progress line, figure, fields: in KvHandlers.result_view's order
 
 
-def build_kv_tab(host: LabHost, tick_s: float, quiet: dict) -> KvTab:
+def build_kv_tab(host: Host, tick_s: float, quiet: dict) -> KvTab:
     """Lay out the KV cache tab (call inside gr.Tabs) and wire it to ``host``.
 
     Args:

@@ -1,7 +1,7 @@
 """build_app(): the Gradio layout and its wiring; the handlers it wires are small named methods of Handlers.
 
-Every figure and table comes from lab.dashboard / lab.plots / lab.store, the functions the CLI and the
-notebooks use. State lives in the LabHost passed in (no module globals). As in trackio, a gr.Timer writes
+Every figure and table comes from lab.app.dashboard / lab.plots / lab.store, the functions the CLI and the
+notebooks use. State lives in the Host passed in (no module globals). As in trackio, a gr.Timer writes
 cheap change keys into gr.State once a second, and a group of components is redrawn only when its own key
 changed (the State's change event): the load status line, the live plots, the runs table when a run ends,
 the environment when the engines become ready.
@@ -18,11 +18,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
-from lab.dashboard import (
+from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
     agreement_warning,
+    engine_choices,
     environment_markdown,
     over_time_view,
     per_level_key,
@@ -30,17 +30,19 @@ from lab.dashboard import (
     plan_from_inputs,
     progress_text,
 )
+from lab.app.seam import Host
+from lab.app.ui_kv import build_kv_tab
+from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
+from lab.app.ui_timer import redraw_on_change
+from lab.app.ui_why import build_why_tab
+from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.estimate import estimate_text
-from lab.host import EngineHealth, LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
 from lab.presets import workshop_demo
-from lab.runs import RUNNING, summary_dict
+from lab.runs import summary_dict
+from lab.status import EngineHealth, RunStatus
 from lab.store import export_run, list_runs, list_summaries, load_summary, run_label
-from lab.ui_kv import build_kv_tab
-from lab.ui_sweep import SweepHandlers, build_sweep_tab
-from lab.ui_timer import redraw_on_change
-from lab.ui_why import build_why_tab
 
 INTRO = """# KV Lab — how much vLLM outruns HF `generate()` here, and why
 One model, loaded by each engine: **HF transformers** with static batching (a padded batch runs until its longest
@@ -57,9 +59,9 @@ QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven
 
 
 class Handlers:
-    """Every event handler of the page, over one LabHost: actions, change keys and the redraws they gate."""
+    """Every event handler of the page, over one Host: actions, change keys and the redraws they gate."""
 
-    def __init__(self, host: LabHost):
+    def __init__(self, host: Host):
         self.host = host
 
     # -- actions -------------------------------------------------------------------------------
@@ -92,16 +94,16 @@ class Handlers:
     def run_ended(self, message: str):
         """Once the run has ended, this page's 'started' or 'Cancelling' line for it says so (others stay)."""
         result = self.host.result
-        if result is None or result.status == RUNNING:  # the key also changes when a new run starts
+        if result is None or result.status == RunStatus.RUNNING:  # the key also changes when a new run starts
             return gr.skip()
-        if not (result.run_id in (message or "") or (message or "").startswith("Cancelling")):
+        if not (result.id in (message or "") or (message or "").startswith("Cancelling")):
             return gr.skip()
-        return f"Run {result.run_id} ended: {result.status}."
+        return f"Run {result.id} ended: {result.status}."
 
     def form_now(self) -> list:
         """The running run's settings, for a browser that opens the page while it goes (else unchanged)."""
         result = self.host.result
-        if result is None or result.status != RUNNING:
+        if result is None or result.status != RunStatus.RUNNING:
             return [gr.skip()] * FORM_FIELDS
         load = result.plan.load
         bound, amount = (BOUND_REQUESTS, load.requests_per_user) if load.requests_per_user else (
@@ -127,7 +129,7 @@ class Handlers:
         connected, message = self.host.connect_endpoint(endpoint)
         if not connected:
             return f"**Not connected:** {message}", gr.skip()
-        return message, gr.update(choices=list(self.host.engine_names))
+        return message, gr.update(choices=engine_choices(self.host.engine_names))
 
     def cancel(self) -> str:
         """Cancel the run in progress; returns the message line."""
@@ -157,12 +159,12 @@ class Handlers:
     def live_key(self) -> tuple | None:
         """Changes whenever the current run has something new to draw; None before the first run."""
         result = self.host.result
-        return (result.run_id, self.host.version) if result else None
+        return (result.id, self.host.version) if result else None
 
     def finished_key(self) -> str | None:
         """The id of the last run once it has ended (changes when a run finishes)."""
         result = self.host.result
-        return result.run_id if result and result.status != RUNNING else None
+        return result.id if result and result.status != RunStatus.RUNNING else None
 
     def ready_key(self) -> tuple:
         """Changes when the engines become ready (or fail to load), and when one dies or comes back."""
@@ -266,7 +268,7 @@ class EnvironmentTab:
     refresh: gr.Button
 
 
-def build_app(host: LabHost) -> gr.Blocks:
+def build_app(host: Host) -> gr.Blocks:
     """Lay out the dashboard and wire it to ``host``.
 
     Args:
@@ -300,7 +302,7 @@ def build_app(host: LabHost) -> gr.Blocks:
     return app
 
 
-def _load_tab(host: LabHost) -> LoadTab:
+def _load_tab(host: Host) -> LoadTab:
     """The Load-test tab: the form and its buttons on the left, the story (progress, ratio and per-level
     bars) beside it, where a 1280x720 screen sees it first; the other live figures below."""
     with gr.Tab("Load test", id="load"):
@@ -324,7 +326,8 @@ def _load_tab(host: LabHost) -> LoadTab:
 
 def _form(engine_names: tuple[str, ...]) -> list:
     """Engines, users, workload, output length, bound, amount and repeats (plan_from_inputs' arguments)."""
-    engines = gr.CheckboxGroup(list(engine_names), value=list(engine_names), label="Engines", elem_id="engines")
+    engines = gr.CheckboxGroup(engine_choices(engine_names), value=list(engine_names), label="Engines",
+                               elem_id="engines")
     users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
     workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", elem_id="workload",
                            info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()),
@@ -360,7 +363,7 @@ def _endpoint_form() -> list:
     return [name, url, model, key, connect, answer]
 
 
-def _story_outputs(host: LabHost) -> tuple:
+def _story_outputs(host: Host) -> tuple:
     """The progress line, then the story: how much faster (ratio), the speeds it divides, and how
     they went over time."""
     progress = gr.Markdown(progress_text(host.result), elem_id="progress")

@@ -1,7 +1,7 @@
 """A copy of the engine host's live results in another process, kept up to date by what is new.
 
 The dashboard must not draw in the interpreter that drives the engines (on a GPU its redraws took time from
-vLLM's async front end, #9), so the engine host runs in a process of its own (lab.host_process) and the page
+vLLM's async front end, #9), so the engine host runs in a process of its own (lab.app.host_process) and the page
 reads a mirror. The mirror says what it holds (``holding``: which run, and per level how many records and
 samples and whether it saw the level end); the host answers with a part (``run_part``): each level cut to
 what the mirror lacks, the requests still in flight whole (one per user at most), a level the mirror saw
@@ -17,7 +17,8 @@ import copy
 import time
 from dataclasses import replace
 
-from lab.runs import RUNNING, LevelResult, RunResult
+from lab.runs import LevelResult, RunResult
+from lab.status import RunStatus
 
 ENDED_FIELDS = ("error", "summary", "kv", "kv_series", "tok_s_series", "status")  # status last
 SAME = "same"  # part_of's answer for an experiment or sweep the mirror already holds, ended
@@ -27,14 +28,14 @@ def holding(run: RunResult | None) -> tuple | None:
     """What a mirrored run holds: (run_id, ((records, samples, ended) per level))."""
     if run is None:
         return None
-    return run.run_id, tuple((len(lvl.records), len(lvl.samples), lvl.status != RUNNING) for lvl in run.levels)
+    return run.id, tuple((len(lvl.records), len(lvl.samples), lvl.status != RunStatus.RUNNING) for lvl in run.levels)
 
 
 def run_part(run: RunResult | None, held: tuple | None) -> RunResult | None:
     """``run`` as a mirror holding ``held`` lacks it (call where nothing changes it: the host's loop)."""
     if run is None:
         return None
-    counts = held[1] if held is not None and held[0] == run.run_id else ()
+    counts = held[1] if held is not None and held[0] == run.id else ()
     part, now_s = copy.copy(run), time.perf_counter()
     part.levels = [_level_part(lvl, counts[i] if i < len(counts) else (0, 0, False), now_s)
                    for i, lvl in enumerate(run.levels)]
@@ -54,14 +55,14 @@ def apply_run(mirror: RunResult | None, part: RunResult | None) -> RunResult | N
     """The mirror with ``part`` added (a new mirror when the run changed)."""
     if part is None:
         return None
-    if mirror is None or mirror.run_id != part.run_id:
+    if mirror is None or mirror.id != part.id:
         mirror = copy.copy(part)
         mirror.levels = []
     for index, level in enumerate(part.levels):
         if level is None:
             continue
         if index == len(mirror.levels):
-            mirror.levels.append(replace(level, records=[], samples=[], sent=[], status=RUNNING))
+            mirror.levels.append(replace(level, records=[], samples=[], sent=[], status=RunStatus.RUNNING))
         _extend(mirror.levels[index], level)
     fields = vars(part)
     vars(mirror).update({k: v for k, v in fields.items() if k not in ("levels", "status")})
@@ -83,7 +84,7 @@ def held_thing(thing, settled: bool) -> tuple | None:
     and last words, so an ended status alone does not say the copy is final)."""
     if thing is None:
         return None
-    return _thing_id(thing), settled and thing.status != RUNNING, holding(thing.run)
+    return thing.id, settled and thing.status != RunStatus.RUNNING, holding(thing.run)
 
 
 def part_of(thing, held: tuple | None):
@@ -91,8 +92,8 @@ def part_of(thing, held: tuple | None):
     ``held`` holds its end."""
     if thing is None:
         return None
-    same = held is not None and held[0] == _thing_id(thing)
-    if same and held[1] and thing.status != RUNNING:
+    same = held is not None and held[0] == thing.id
+    if same and held[1] and thing.status != RunStatus.RUNNING:
         return SAME
     part = copy.copy(thing)
     part.run = run_part(thing.run, held[2] if same else None)
@@ -103,12 +104,8 @@ def apply_part(mirror, part):
     """The mirrored experiment or sweep with ``part`` added."""
     if part is None or isinstance(part, str):  # no experiment (sweep), or SAME
         return None if part is None else mirror
-    same = mirror is not None and _thing_id(mirror) == _thing_id(part)
+    same = mirror is not None and mirror.id == part.id
     run = apply_run(mirror.run if same else None, part.run)
     mirror = copy.copy(part)
     mirror.run = run
     return mirror
-
-
-def _thing_id(thing) -> str:
-    return getattr(thing, "experiment_id", None) or thing.sweep_id

@@ -1,6 +1,6 @@
 """The "Sweeps" tab: one engine knob over several values (lab.sweeps), run from the page and drawn as it goes.
 
-SweepHandlers are small named handlers over one LabHost; the layout and wiring follow. As in lab/ui.py,
+SweepHandlers are small named handlers over one Host; the layout and wiring follow. As in lab/app/ui.py,
 the tab's own gr.Timer writes cheap change keys into gr.State once a second: the progress line (with the
 load run of the value being measured) redraws on every change, the figure and the points table when a
 value finishes, and the stored sweeps when one ends. The figure is lab.plots_sweep's, the notebooks' too.
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from lab.dashboard import progress_text
-from lab.host import LabHost
+from lab.app.dashboard import progress_text
+from lab.app.seam import Host
+from lab.app.ui_timer import redraw_on_change
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
 from lab.store import list_sweeps, load_sweep
 from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
-from lab.ui_timer import redraw_on_change
 
 DEFAULT_KNOB = "max_num_seqs"
 INTRO = ("Each value restarts only the engine the knob belongs to (the other stays loaded), then runs the same "
@@ -30,9 +30,9 @@ INTRO = ("Each value restarts only the engine the knob belongs to (the other sta
 
 
 class SweepHandlers:
-    """The tab's event handlers over one LabHost: actions, change keys and the redraws they gate."""
+    """The tab's event handlers over one Host: actions, change keys and the redraws they gate."""
 
-    def __init__(self, host: LabHost):
+    def __init__(self, host: Host):
         self.host = host
 
     # actions
@@ -57,14 +57,14 @@ class SweepHandlers:
     def points_key(self) -> tuple | None:
         """Changes when a value finishes and when the sweep ends."""
         sweep = self.host.sweep
-        return None if sweep is None else (sweep.sweep_id, len(sweep.points), str(sweep.status))
+        return None if sweep is None else (sweep.id, len(sweep.points), str(sweep.status))
 
     def ended_key(self) -> tuple | None:
         """Changes when the last sweep has ended and its task (the restore and the last save) is done."""
         sweep = self.host.sweep
         if sweep is None or sweep.status == RunStatus.RUNNING:
             return None
-        return sweep.sweep_id, self.host.running()
+        return sweep.id, self.host.running()
 
     # redraws
     def progress(self) -> str:
@@ -120,7 +120,7 @@ class SweepTab:
     files: list  # sweep.json and sweep.csv of the chosen one
 
 
-def build_sweep_tab(host: LabHost, tick_s: float, quiet: dict) -> SweepTab:
+def build_sweep_tab(host: Host, tick_s: float, quiet: dict) -> SweepTab:
     """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host``."""
     handlers = SweepHandlers(host)
     with gr.Tab("Sweeps", id="sweeps"):

@@ -1,0 +1,168 @@
+"""What a page may read of the engine host and command it to do: the one seam between the page and the engines.
+
+``Host`` declares it. LabHost (host.py) implements it in the process that drives the engines; RemoteHost
+(host_process.py) implements it in the page's process by forwarding exactly what is declared here: each
+member's kind says how it crosses.
+
+- attributes: values the page reads (the remote side keeps a mirror of them, synced four times a second);
+- ``@command``: changes the host; the remote side sends the call and syncs at once;
+- ``@ask``: a question answered by the host when asked;
+- ``@read``: an answer as of the last sync (cheap: pages call these every second);
+- ``@local``: each side's own (waiting, closing).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lab.config import Endpoint, EngineConfig, RunPlan
+
+ATTRIBUTES = ("config", "engine_names", "version", "status", "check", "db_path", "result", "experiment", "sweep")
+
+
+def command(fn):
+    """Declare a member that changes the host."""
+    fn.seam = "command"
+    return fn
+
+
+def ask(fn):
+    """Declare a question the host answers when asked."""
+    fn.seam = "ask"
+    return fn
+
+
+def read(fn):
+    """Declare an answer that may be as old as the last sync."""
+    fn.seam = "read"
+    return fn
+
+
+def local(fn):
+    """Declare a member each side implements itself."""
+    fn.seam = "local"
+    return fn
+
+
+@dataclass
+class LoadStatus:
+    """What is loading and how far it got."""
+
+    steps: list[str] = field(default_factory=list)
+    total_steps: int = 0
+    ready: bool = False
+    error: str = ""
+    started_s: float = field(default_factory=time.monotonic)
+
+    def text(self) -> str:
+        """One line for the page (while loading it changes every second: the elapsed time)."""
+        if self.error:
+            return f"Loading failed: {self.error}"
+        if self.ready:
+            return "Engines ready."
+        done = max(0, len(self.steps) - 1)
+        current = self.steps[-1] if self.steps else "starting"
+        elapsed = time.monotonic() - self.started_s
+        return f"Loading ({done}/{self.total_steps} steps done, {elapsed:.0f} s so far): {current}"
+
+
+class Host(Protocol):
+    """The engine host as a page sees it.
+
+    Attributes:
+        config: The session's engine config (endpoints included).
+        engine_names: The engines loaded (or loading), in order.
+        version: Grows whenever there is something new to draw.
+        status: Loading progress.
+        check: The session check made before loading (model, device, memory plan).
+        db_path: The results database.
+        result, experiment, sweep: The current (or last) run, experiment and sweep, live while they go.
+    """
+
+    config: EngineConfig
+    engine_names: tuple[str, ...]
+    version: int
+    status: LoadStatus
+    check: Any
+    db_path: Path
+    result: Any
+    experiment: Any
+    sweep: Any
+
+    @command
+    def start_loading(self) -> None:
+        """Start the engines; progress goes to ``status``."""
+
+    @command
+    def submit(self, plan: RunPlan) -> tuple[bool, str]:
+        """Start a run unless something is going: (started, message)."""
+
+    @command
+    def submit_experiment(self, name: str, params: Any) -> tuple[bool, str]:
+        """Start an experiment unless something is going (ValueError on a bad parameter)."""
+
+    @command
+    def submit_sweep(self, plan: Any) -> tuple[bool, str]:
+        """Start a sweep unless something is going (ValueError on a bad knob or value)."""
+
+    @command
+    def cancel(self) -> str:
+        """Cancel what is going (it keeps what it measured)."""
+
+    @command
+    def connect_endpoint(self, endpoint: Endpoint) -> tuple[bool, str]:
+        """Add an OpenAI-compatible server as an engine."""
+
+    @command
+    def restart_dead(self) -> tuple[bool, str]:
+        """Restart the engines that died."""
+
+    @ask
+    def environment(self) -> dict:
+        """Device, versions, model, engines and memory, as the Environment tab shows them."""
+
+    @read
+    def running(self) -> bool:
+        """Whether a run, experiment or sweep goes."""
+
+    @read
+    def health(self) -> dict[str, dict]:
+        """Each engine's state, why it is dead, and its last start in s."""
+
+    @read
+    def dead(self) -> list[str]:
+        """The engines that died and are not being restarted."""
+
+    @read
+    def status_text(self) -> str:
+        """The header line: loading progress, or each engine's health."""
+
+    @read
+    def agreement(self) -> dict | None:
+        """The start-up agreement check (None until two engines have loaded)."""
+
+    @local
+    def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Block until loaded (or failed); True when ready."""
+
+    @local
+    def wait_run(self, timeout_s: float | None = None) -> Any:
+        """Block until the current task has ended; returns the current run."""
+
+    @local
+    def close(self) -> None:
+        """Stop the engines."""
+
+
+def members(kind: str) -> tuple[str, ...]:
+    """The names of the seam's members of one kind (command, ask, read, local), in declared order."""
+    return tuple(name for name, fn in vars(Host).items() if getattr(fn, "seam", None) == kind)
+
+
+def public(obj) -> set[str]:
+    """The public names an object's class offers (what a page could reach)."""
+    return {name for name in dir(type(obj)) if not name.startswith("_")} | {
+        name for name in vars(obj) if not name.startswith("_")}

@@ -1,0 +1,107 @@
+"""The one seam every task kind goes through: a result base and ``supervise``.
+
+A run, an experiment (the Why ladder is one) and a sweep each fill a ``TaskResult`` subclass as they go. Their
+work runs under ``supervise``, which alone decides how a task ended (ok, cancelled, failed), says so in the
+result's message with what its kind keeps, stamps the end, and hands the ended result to the caller's ``on_end``
+once (the app stores it, the CLI writes its files). A task never loses what it measured: the classification
+only labels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from lab.engines.base import EngineFault
+from lab.status import RunStatus
+
+log = logging.getLogger(__name__)
+
+
+def now_text() -> str:
+    """UTC now, to the second, as results store it."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass(kw_only=True)
+class TaskResult:
+    """What every task kind holds: who it is, how it went, and where it ran.
+
+    Attributes:
+        id: 12 hex digits, unique per task (stored under KIND_id: run_id, experiment_id, sweep_id).
+        model, device, versions: The session it ran on.
+        engine_args: Each engine's arguments as it ran.
+        started_at, ended_at: UTC, to the second (ended_at None while it goes).
+        status, error, message: How it is going or ended, why it failed, and one line for the page.
+    """
+
+    KIND: ClassVar[str] = "task"
+    KEPT: ClassVar[str] = "what was measured is kept"  # said when it stops early
+
+    model: str = ""
+    device: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    engine_args: dict = field(default_factory=dict)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_at: str = field(default_factory=now_text)
+    ended_at: str | None = None
+    status: RunStatus = RunStatus.RUNNING
+    error: str = ""
+    message: str = "starting"
+
+    def params(self) -> dict:
+        """What was asked for (each kind says)."""
+        return {}
+
+    def name(self) -> str:
+        """Which one of its kind (an experiment's name, a sweep's knob, a run's workload)."""
+        return self.KIND
+
+
+async def supervise(result: TaskResult, work: Awaitable, on_end: Callable[[TaskResult], None] | None = None,
+                    salvage: Callable[[], None] | None = None) -> TaskResult:
+    """Await ``work`` (which fills ``result``), then classify how it ended and hand the result to ``on_end``.
+
+    Args:
+        result: The task's result, filled by ``work`` as it goes.
+        work: The task's coroutine.
+        on_end: Called once with the ended result (store it, write its files); its failure is logged.
+        salvage: Called after a cancel or a failure, to compute what the measured part allows.
+
+    Returns:
+        ``result``: ok; cancelled (a cancel reached ``work``); or failed (``error`` says why).
+    """
+    try:
+        await work
+        result.status, result.message = RunStatus.OK, "done"
+    except asyncio.CancelledError:
+        result.status, result.message = RunStatus.CANCELLED, f"cancelled: {result.KEPT}"
+    except EngineFault as exc:  # an engine died or failed its work: its words say enough
+        log.warning("%s %s failed: %s", result.KIND, result.id, exc)
+        _failed(result, str(exc))
+    except Exception as exc:
+        log.exception("%s %s failed", result.KIND, result.id)
+        _failed(result, f"{type(exc).__name__}: {exc}")
+    if result.status != RunStatus.OK and salvage is not None:
+        salvage()
+    result.ended_at = now_text()
+    if on_end is not None:
+        _hand_over(on_end, result)
+    return result
+
+
+def _failed(result: TaskResult, error: str) -> None:
+    result.status, result.error = RunStatus.FAILED, error
+    result.message = f"failed: {error} ({result.KEPT})"
+
+
+def _hand_over(on_end: Callable, result: TaskResult) -> None:
+    try:
+        on_end(result)
+    except Exception:
+        log.exception("could not keep %s %s", result.KIND, result.id)
