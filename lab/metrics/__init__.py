@@ -1,6 +1,6 @@
 """Metrics: pure functions over request records and engine samples.
 
-Each metric is defined once, here, and written down in the README; the UI, the CLI and the notebooks
+Each metric is defined once, here, and written down in docs/metrics.md; the UI, the CLI and the notebooks
 all call these functions.
 
 - TTFT  = first_token_s - send_s, per request.
