@@ -1,15 +1,15 @@
 """The engine host in a process of its own, and the dashboard's handle on it (``RemoteHost``).
 
 A page drawn in the interpreter that runs vLLM's async front end takes time from it (on a GPU, up to 5% of its
-tok/s: docs/results/h200/README.md), so app.py serves the page from one process and drives the engines from
-another. ``RemoteHost`` starts ``python -m lab.app.host_process`` in a session of its own (a terminal's Ctrl-C
-reaches the app, which closes it), running a LabHost, and offers the page the ``Host`` seam (lab.app.seam).
-Commands go over a Unix socket (one connection per calling thread; the host's errors, ValueError included, are
-raised again in the page's process). What the page draws is a mirror (lab.app.mirror) that a thread brings up to date every SYNC_S:
-the host cuts what is new on its event loop, where nothing changes meanwhile, while a run goes or when its
-version moved. The host process stops its engines and leaves when told to close, on SIGTERM, or when the
-app's pipe to it closes (the app was killed). If the host process dies, calls raise HostGone, the page says
-so, and the app kills what the host left behind (its process group) as it stops.
+tok/s: docs/results/h200/README.md), so app.py serves the page from one process and drives the engines from another.
+``RemoteHost`` starts ``python -m lab.app.host_process`` in a session of its own (a terminal's Ctrl-C reaches the
+app, which closes it), running a LabHost, and offers the page the ``Host`` seam (lab.app.seam). Commands go over a
+Unix socket (one connection per calling thread; the host's errors, ValueError included, are raised again in the
+page's process). What the page draws is a mirror (lab.app.mirror) that a thread brings up to date every SYNC_S: the
+host cuts what is new on its event loop, where nothing changes meanwhile, while a run goes or when its version
+moved. The host process stops its engines and leaves when told to close, on SIGTERM, or when the app's pipe to it
+closes (the app was killed). If the host process dies, calls raise HostGone, the page says so, and the app kills
+what the host left behind (its process group) as it stops.
 """
 
 from __future__ import annotations
