@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.config import EngineConfig
 from lab.experiments.cache import growth
 from lab.ladder import largest
 from lab.notebook import Answer
@@ -32,20 +33,57 @@ def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name
     return value
 
 
-def run_notebook(path: Path) -> tuple[dict, list]:
-    """Run every code cell; returns the namespace and the values of the answer cells."""
+def run_notebook(path: Path, loop: asyncio.AbstractEventLoop) -> tuple[dict, list]:
+    """Run every code cell on ``loop``; returns the namespace and the values of the answer cells."""
     namespace: dict = {}
     answers = []
-    loop = asyncio.new_event_loop()
-    try:
-        for cell in json.loads(path.read_text())["cells"]:
-            if cell["cell_type"] == "code":
-                value = run_cell("".join(cell["source"]), namespace, loop, path.name)
-                if "answer" in cell["metadata"].get("tags", []):
-                    answers.append(value)
-    finally:
-        loop.close()
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            value = run_cell("".join(cell["source"]), namespace, loop, path.name)
+            if "answer" in cell["metadata"].get("tags", []):
+                answers.append(value)
     return namespace, answers
+
+
+class Borrowed:
+    """A shared session as one notebook sees it: everything is the session's, but its closing ``stop()`` only
+    marks this notebook done (``engines`` then reads empty, as after a real stop)."""
+
+    def __init__(self, session):
+        vars(self).update(_session=session, _stopped=False)
+
+    def __getattr__(self, name):
+        return {} if name == "engines" and self._stopped else getattr(self._session, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._session, name, value)
+
+    async def stop(self) -> None:
+        vars(self)["_stopped"] = True
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """One event loop, and one started session per engine set, for every notebook of this module. A learner's
+    notebook starts and stops its own engines; here each set starts once (a vLLM start is 35-50 s of imports on
+    2 cores: CI's time) and is stopped at the module's end."""
+    from lab.notebook import quiet_engines
+    from lab.session import LabSession
+
+    loop, sessions = asyncio.new_event_loop(), {}
+
+    async def start_session(engines=("hf", "vllm"), **overrides):
+        key = (tuple(engines), tuple(sorted(overrides.items())))
+        if key not in sessions:
+            quiet_engines()
+            sessions[key] = LabSession(EngineConfig(**overrides), engines)
+            await sessions[key].start()
+        return Borrowed(sessions[key])
+
+    yield loop, start_session
+    for session in sessions.values():
+        loop.run_until_complete(session.stop())
+    loop.close()
 
 
 def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
@@ -61,8 +99,10 @@ def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_and_every_answer_is_computed(path, capfd):
-    namespace, answers = run_notebook(path)
+def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeypatch):
+    loop, start_session = shared
+    monkeypatch.setattr("lab.notebook.start_session", start_session)
+    namespace, answers = run_notebook(path, loop)
     shown = "".join(capfd.readouterr())  # what the cells and the engines' processes printed
     assert not [line for line in shown.splitlines() if "WARNING" in line or "force killing" in line], shown[-2000:]
     assert answers and all(isinstance(a, Answer) for a in answers), answers
