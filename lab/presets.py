@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.config import EngineConfig, LoadConfig, RunPlan, parse_users
+from lab.load.workloads import mean_request
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,12 @@ WORKSHOP_DEMO = {
 def workshop_demo(config: EngineConfig) -> DemoPreset:
     """The Workshop demo preset for the device the engines run on."""
     return WORKSHOP_DEMO["cuda" if config.resolved_device() == "cuda" else "cpu"]
+
+
+def demo_pool_tokens(config: EngineConfig) -> int:
+    """The KV tokens the Workshop demo's top level holds on average: its users x a mean request's prompt and
+    output (computed). On CUDA, vLLM's default pool is this many token slots, so the demo fills half of it or more
+    (a pool of half an 80 GB card would show a 135M model's KV as 0.4% of it)."""
+    demo = workshop_demo(config)
+    prompt, output = mean_request(demo.workload, demo.output_len or None)
+    return int(max(parse_users(demo.users)) * (prompt + output))

@@ -324,3 +324,15 @@ def test_duration_words_scale_their_unit(seconds, words):
 def test_users_refuse_digits_of_other_scripts():
     with pytest.raises(ValueError, match="users: '１' is not a whole number"):
         parse_users("1,１")
+
+
+def test_on_cuda_vllms_default_pool_is_the_workshop_demos_top_level():
+    """64 users x (264 + 136) mean tokens of `mixed` = 25,600 token slots, 1,600 blocks of 16 (computed); a KV budget
+    or a block count given by the user wins, and a CPU keeps its KV budget."""
+    from lab.engines.vllm import engine_kwargs
+
+    assert engine_kwargs(EngineConfig(device="cuda"), "m")["num_gpu_blocks_override"] == 1600
+    assert engine_kwargs(EngineConfig(device="cuda", block_size=32), "m")["num_gpu_blocks_override"] == 800
+    assert engine_kwargs(EngineConfig(device="cuda", num_kv_blocks=7), "m")["num_gpu_blocks_override"] == 7
+    assert "num_gpu_blocks_override" not in engine_kwargs(EngineConfig(device="cuda", kv_cache_gib=2), "m")
+    assert "num_gpu_blocks_override" not in engine_kwargs(EngineConfig(device="cpu"), "m")

@@ -62,9 +62,20 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
     budget = kv_budget_bytes(config)
     if budget is not None:
         kwargs["kv_cache_memory_bytes"] = budget
-    if config.num_kv_blocks is not None:
-        kwargs["num_gpu_blocks_override"] = config.num_kv_blocks
+    blocks = config.num_kv_blocks if config.num_kv_blocks is not None else demo_sized_blocks(config)
+    if blocks is not None:
+        kwargs["num_gpu_blocks_override"] = blocks
     return kwargs
+
+
+def demo_sized_blocks(config: EngineConfig) -> int | None:
+    """vLLM's default pool on CUDA when no KV budget is set: the blocks the Workshop demo's top level holds on
+    average (lab.presets.demo_pool_tokens), so that its KV plot shows the pool half full or more; None elsewhere."""
+    from lab.presets import demo_pool_tokens
+
+    if config.resolved_device() != "cuda" or config.kv_cache_gib is not None:
+        return None
+    return -(-demo_pool_tokens(config) // config.resolved_block_size())
 
 
 def kv_budget_bytes(config: EngineConfig) -> int | None:

@@ -85,6 +85,13 @@ def longest_request(workload: str, output_len: int | None = None) -> tuple[int, 
     return prompt, output_len if output_len is not None else preset.output_len[1]
 
 
+def mean_request(workload: str, output_len: int | None = None) -> tuple[float, float]:
+    """The mean prompt and output tokens of one request of ``workload`` (the ranges' midpoints; computed)."""
+    preset = WORKLOADS[workload]
+    prompt = sum(preset.prompt_len) / 2 if preset.fixed_prompt is None else FIXED_PROMPT_BOUND / 2
+    return prompt, output_len if output_len is not None else sum(preset.output_len) / 2
+
+
 @dataclass(frozen=True)
 class RequestSpec:
     """The lengths of one request before tokenization."""
