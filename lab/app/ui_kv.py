@@ -170,9 +170,10 @@ def _layout() -> KvTab:
 
 def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict) -> None:
     """Buttons and the dropdown; then a timer whose keys gate the live picture and the result."""
-    tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private")
-    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment")
-    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment")
+    tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private", show_progress="hidden")
+    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment",
+                 show_progress="hidden")
+    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment", show_progress="hidden")
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
               (handlers.result_key, handlers.result_view, tab.result)]
     redraw_on_change(groups, tick_s, quiet)
