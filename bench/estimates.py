@@ -92,7 +92,7 @@ def learned(host) -> str:
 
     demo = list_summaries(host.db_path)[-1:]
     past = history(demo, host.check.model, host.check.memory.device.name)
-    lines = [f"  {engine}: " + ", ".join(f"{t.users} users: first {t.first_s:.3f} s, step {t.step_s:.4f} s"
+    lines = [f"  {engine}: " + ", ".join(f"{t.users} users: prefill {t.prefill_s:.5f} s/token, step {t.step_s:.4f} s"
                                          for t in sorted(timings, key=lambda t: t.users))
              for engine, timings in past.levels.items()]
     warmups = ", ".join(f"{engine} {seconds:.2f} s" for engine, seconds in past.warmups.items())

@@ -4,11 +4,13 @@ A run is its engines' warm-ups, its levels, the pauses between levels (vLLM's se
 each level's start and stop) and, when an engine of the plan is dead, its restart first. Each part comes from
 the stored runs of this device and model:
 
-- a level takes its rounds times the time to a first token, plus its critical path of decode steps times the
-  time per step. The critical path comes from the plan's own seeded lengths (a static batch runs until its
-  longest request; continuous batching hands each free user the next request). The two times are those of
-  the engine's nearest stored user level, the step time fitted so that the stored level's own critical path
-  gives its measured duration;
+- a level takes the prompt tokens it prefills times the time per prompt token, plus its critical path of
+  decode steps times the time per step. Both counts come from the plan's own seeded lengths (a static batch
+  pads its prompts to the longest and runs until its longest request; continuous batching prefills every
+  prompt and hands each free user the next request). The two times are interpolated between the engine's
+  stored user levels around the plan's (in log users): the time per prompt token from a stored level's time to
+  a first token over the prompt tokens a first token waits for, the step time fitted so that the stored level's
+  own counts give its measured duration;
 - a warm-up takes the engine's stored warm-up time; a pause, what stored runs took beyond their warm-ups,
   levels and settles, per level.
 
@@ -29,26 +31,37 @@ from lab.load.workloads import WORKLOADS, sample_specs
 from lab.runs import SETTLE_S, level_seed
 
 HISTORY_RUNS = 50  # the newest stored runs read (older ones describe an older lab)
+MEDIAN_OF = 5  # stored levels per engine and user level whose median the estimate takes
 FIRST_GUESS_NOTE = "a built-in first guess from a 2-core CPU (docs/results/cpu-estimates.md)"
 
 
 @dataclass(frozen=True)
 class LevelTiming:
-    """What one stored level measured: time to a first token and time per decode step, at ``users``."""
+    """What one stored level measured at ``users``: seconds per prompt token prefilled, per decode step."""
 
     users: int
-    first_s: float
+    prefill_s: float
     step_s: float
 
 
-# The first guess: the levels, warm-ups and pause measured by `python -m bench.estimates` on a 2-core AMD EPYC
-# (its calibration run); read only for an engine this device has no stored run of.
+@dataclass(frozen=True)
+class LevelShape:
+    """What a level asks of an engine: the prompt tokens it prefills (a static batch's padding too), the prompt
+    tokens one first token waits for, and the decode steps of its slowest chain."""
+
+    prefill: int
+    wave: float
+    steps: int
+
+
+# The first guess: what the Workshop demo taught on a 2-core AMD EPYC (`python -m bench.estimates`, its first
+# run); read only for an engine this device has no stored run of.
 FIRST_GUESS = {
-    "hf": [LevelTiming(1, 0.12, 0.075), LevelTiming(4, 0.25, 0.09), LevelTiming(8, 0.4, 0.11)],
-    "vllm": [LevelTiming(1, 0.1, 0.03), LevelTiming(4, 0.15, 0.04), LevelTiming(8, 0.25, 0.05)],
+    "hf": [LevelTiming(1, 0.0011, 0.10), LevelTiming(4, 0.0018, 0.2), LevelTiming(8, 0.0020, 0.5)],
+    "vllm": [LevelTiming(1, 0.0012, 0.03), LevelTiming(4, 0.0010, 0.05), LevelTiming(8, 0.0010, 0.10)],
 }
-FIRST_WARMUP_S = {"hf": 1.5, "vllm": 1.0}
-FIRST_GAP_S = 0.3
+FIRST_WARMUP_S = {"hf": 1.5, "vllm": 0.7}
+FIRST_GAP_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -91,26 +104,29 @@ def _median_warmups(summaries: list[dict]) -> dict[str, float]:
 
 
 def level_timing(summary: dict, row: dict) -> LevelTiming | None:
-    """A stored level's time to a first token and its step time fitted to its measured duration (its own
-    critical path, rebuilt from the stored seed and lengths), or None when it finished nothing."""
-    first, tpot = row["ttft_s"].get("mean"), row["tpot_s"].get("mean")
-    if not row.get("completed") or first is None or row.get("status") not in (None, "ok"):
+    """A stored level's time per prompt token (its mean time to a first token over the prompt tokens a first token
+    waits for) and its step time fitted to its measured duration, both from its own counts (rebuilt from the
+    stored seed and lengths); None when it finished nothing or cannot be rebuilt (bounded by time, open loop)."""
+    first, shape = row["ttft_s"].get("mean"), stored_shape(summary, row)
+    if not row.get("completed") or first is None or row.get("status") not in (None, "ok") or shape is None:
         return None
-    path = stored_path(summary, row)
-    step = (row["duration_s"] - path[0] * first) / path[1] if path and path[1] else None
-    step = step if step and step > 0 else tpot
-    return LevelTiming(row["users"], first, step) if step else None
+    prefill = first / shape.wave if shape.wave else 0.0
+    step = (row["duration_s"] - prefill * shape.prefill) / shape.steps if shape.steps else 0.0
+    if step <= 0:  # the first token's wait was not prefill alone: the tokens' own mean gap instead
+        step = row["tpot_s"].get("mean") or 0.0
+        prefill = max(0.0, row["duration_s"] - step * shape.steps) / shape.prefill if shape.prefill else 0.0
+    return LevelTiming(row["users"], prefill, step)
 
 
-def stored_path(summary: dict, row: dict) -> tuple[int, int] | None:
-    """The critical path (rounds, steps) of a stored count-bounded closed-loop level; None for others."""
+def stored_shape(summary: dict, row: dict) -> LevelShape | None:
+    """The shape of a stored count-bounded closed-loop level (None for others)."""
     load = summary.get("load", {})
     if not load.get("requests_per_user") or load.get("rate") or summary.get("workload") not in WORKLOADS:
         return None
     config = LoadConfig(users=(row["users"],), workload=summary["workload"], seed=load.get("seed", 0),
                         requests_per_user=load["requests_per_user"], output_len=load.get("output_len"))
     batch = summary.get("engine_args", {}).get(row["engine"], {}).get("max_batch_size")
-    return critical_path(planned_outputs(config, row["users"]), row["users"], _static(row["engine"]), batch)
+    return level_shape(planned_specs(config, row["users"]), row["users"], _static(row["engine"]), batch)
 
 
 def gap_per_level(summary: dict) -> float | None:
@@ -137,10 +153,29 @@ def _static(engine: str) -> bool:
     return engine in registry.names() and registry.spec(engine).static_batch
 
 
+def planned_specs(load: LoadConfig, users: int) -> list:
+    """The prompt and output lengths one count-bounded level sends (the run's own seeded lengths), in order."""
+    return sample_specs(load.workload, users * load.requests_per_user, level_seed(load, users), load.output_len)
+
+
 def planned_outputs(load: LoadConfig, users: int) -> list[int]:
-    """The output lengths one count-bounded level sends (the run's own seeded lengths), in sending order."""
-    specs = sample_specs(load.workload, users * load.requests_per_user, level_seed(load, users), load.output_len)
-    return [spec.output_len for spec in specs]
+    """The output lengths one count-bounded level sends, in sending order."""
+    return [spec.output_len for spec in planned_specs(load, users)]
+
+
+def level_shape(specs: list, users: int, static: bool, batch: int | None = None) -> LevelShape:
+    """A level's prompt tokens prefilled, the prompt tokens one first token waits for, and its slowest chain of
+    decode steps: a static batch of min(users, batch) pads its prompts to the longest and runs until its longest
+    request; continuous batching prefills each prompt and hands each free user the next request."""
+    outputs = [spec.output_len for spec in specs]
+    if static:
+        width = min(users, batch or users)
+        chunks = [specs[i:i + width] for i in range(0, len(specs), width)]
+        padded = [len(chunk) * max(spec.prompt_len for spec in chunk) for chunk in chunks]
+        return LevelShape(sum(padded), sum(padded) / len(chunks), critical_path(outputs, users, True, batch)[1])
+    prompts = [spec.prompt_len for spec in specs]
+    wave = sum(prompts) / len(prompts) * min(users, len(prompts)) if prompts else 0.0
+    return LevelShape(sum(prompts), wave, critical_path(outputs, users, False)[1])
 
 
 def critical_path(outputs: list[int], users: int, static: bool, batch: int | None = None) -> tuple[int, int]:
@@ -157,21 +192,39 @@ def critical_path(outputs: list[int], users: int, static: bool, batch: int | Non
     return max(busy)[::-1] if busy else (0, 0)
 
 
-def nearest(timings: list[LevelTiming], users: int) -> LevelTiming:
-    """The timing measured at the user level nearest ``users`` (by ratio: 5 is nearer 4 than 10 is)."""
-    return min(timings, key=lambda t: abs(math.log(t.users / users)))
+def at_users(timings: list[LevelTiming], users: int) -> LevelTiming:
+    """The timing at ``users``: interpolated in log users between the stored levels around it, or the nearest
+    one outside them; each stored level the median of its newest MEDIAN_OF (one run on a shared machine can be
+    several times slower than the next)."""
+    by_users: dict[int, list[LevelTiming]] = {}
+    for timing in timings:
+        by_users.setdefault(timing.users, []).append(timing)
+    lower = max((u for u in by_users if u <= users), default=None)
+    upper = min((u for u in by_users if u >= users), default=None)
+    low, high = (_median_timing(by_users[u][:MEDIAN_OF]) for u in (lower or upper, upper or lower))
+    if low.users == high.users:
+        return low
+    w = math.log(users / low.users) / math.log(high.users / low.users)
+    return LevelTiming(users, low.prefill_s + w * (high.prefill_s - low.prefill_s),
+                       low.step_s + w * (high.step_s - low.step_s))
+
+
+def _median_timing(timings: list[LevelTiming]) -> LevelTiming:
+    return LevelTiming(timings[0].users, statistics.median(t.prefill_s for t in timings),
+                       statistics.median(t.step_s for t in timings))
 
 
 def level_seconds(plan: RunPlan, engine: str, users: int, timing: LevelTiming) -> float:
-    """One level of one engine: its rounds and critical path at the timing's speeds (a level bounded by time:
-    its duration plus the tail of one longest request)."""
+    """One level of one engine: its prompt tokens and critical path at the timing's speeds (a level bounded by
+    time: its duration plus the tail of one longest request; open loop: at least its arrivals' span)."""
     load = plan.load
     if load.duration_s:
-        longest = load.output_len or WORKLOADS[load.workload].output_len[1]
-        return load.duration_s + timing.first_s + longest * timing.step_s
-    rounds, steps = critical_path(planned_outputs(load, users), users, _static(engine), plan.engine.hf_max_batch_size)
-    busy = rounds * timing.first_s + steps * timing.step_s
-    return max(busy, users * load.requests_per_user / load.rate + timing.first_s) if load.rate else busy
+        spec = WORKLOADS[load.workload]
+        return load.duration_s + spec.prompt_len[1] * timing.prefill_s + (
+            load.output_len or spec.output_len[1]) * timing.step_s
+    shape = level_shape(planned_specs(load, users), users, _static(engine), plan.engine.hf_max_batch_size)
+    busy = shape.prefill * timing.prefill_s + shape.steps * timing.step_s
+    return max(busy, users * load.requests_per_user / load.rate) if load.rate else busy
 
 
 @dataclass(frozen=True)
@@ -186,7 +239,7 @@ class Estimate:
 def estimate_run(plan: RunPlan, past: History, restarts: dict[str, float] | None = None) -> Estimate:
     """Warm-ups, levels (each repeat), pauses and settles, and the restarts of dead engines (their last start)."""
     load, engines = plan.load, plan.engines
-    levels = sum(level_seconds(plan, e, u, nearest(past.timings(e), u)) for e in engines for u in load.users)
+    levels = sum(level_seconds(plan, e, u, at_users(past.timings(e), u)) for e in engines for u in load.users)
     order = [e for _ in range(len(load.users) * load.repeats) for e in engines]
     warmups = sum(past.warmups.get(e, FIRST_WARMUP_S.get(e, FIRST_WARMUP_S["vllm"])) for e in engines)
     gaps = len(order) * (FIRST_GAP_S if past.gap_s is None else past.gap_s) + settle_count(order) * SETTLE_S

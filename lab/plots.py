@@ -81,6 +81,11 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, empty: str = EMPTY) -> g
     return fig
 
 
+def empty_figure(title: str, words: str) -> go.Figure:
+    """A figure's empty state: its title and what will appear there (a page's first draw, before any data)."""
+    return _layout(go.Figure(), title, "", "", words)
+
+
 def has_points(fig: go.Figure) -> bool:
     """Whether any trace has a value to draw (a trace of no values, or only None, draws bare axes)."""
     return any(v is not None for trace in fig.data for v in _values(trace))

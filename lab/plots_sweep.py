@@ -47,7 +47,8 @@ def sweep_figure(sweep: dict) -> go.Figure:
     _line(fig, xs, _col(points, "restart_s"), "restart", "restart", "solid", 2, 2)
     fig.update_xaxes(type="category", title_text=sweep.get("knob", ""))
     fig.update_yaxes(rangemode="tozero")  # a 0.7% difference must not look steep
-    fig.update_layout(title=f"Sweep of {sweep.get('knob', '')} ({sweep.get('status', '')})", height=620,
+    title = f"Sweep of {sweep['knob']} ({sweep.get('status', '')})" if sweep.get("knob") else "Sweep"
+    fig.update_layout(title=title, height=620,
                       margin=dict(l=50, r=20, t=70, b=40), template=LOOK,
                       legend=dict(orientation="h", y=-0.12))
     if not points:

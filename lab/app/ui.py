@@ -45,7 +45,7 @@ from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.estimate import estimate_text
 from lab.load.workloads import WORKLOADS
-from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
+from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
 from lab.runs import summary_dict
 from lab.status import EngineHealth, RunStatus
@@ -269,7 +269,7 @@ class Handlers:
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return None, None, None, None, None, None
+            return compare_figure([]), compare_ratio_figure([]), pd.DataFrame(columns=LATENCY_COLUMNS), None, None, None
         try:
             summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
@@ -362,25 +362,27 @@ def build_app(host: Host) -> gr.Blocks:
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
         _wire_timer(handlers, header + [busy], load, results, env, buttons)
         app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
+        app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
+        app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
-        app.load(handlers.form_now, None, parts(load.form), api_visibility="private", **QUIET).then(
+        app.load(handlers.form_now, None, parts(load.form), **QUIET).then(
             handlers.estimate, parts(load.form), [load.estimate], **QUIET)
         gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
 
 
 def _load_tab(host: Host) -> LoadTab:
-    """The Load-test tab: the form, its estimate and Run on the left (above the fold of a 1280x720 screen), the
+    """The Load-test tab: Run, its estimate and the form on the left (Run above the fold of a 1280x720 screen), the
     story (progress, ratio and per-level bars, tok/s over time) beside it; the KV figures and latencies below."""
     with gr.Tab("Load test", id="load"):
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=300):
-                form = _form(host.engine_names)
                 estimate = gr.Markdown(elem_id="estimate")
                 with gr.Row():
                     run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
                     cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", interactive=False)
                 message = gr.Markdown(elem_id="message")
+                form = _form(host.engine_names)
                 demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
                 gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
                 endpoint = _endpoint_form()
@@ -438,22 +440,27 @@ def _story_outputs(host: Host) -> tuple[OverTime, PerLevel]:
     time (the KV figures and the latency table are filled in by _detail_outputs)."""
     progress = gr.Markdown(progress_text(host.result), elem_id="progress")
     with gr.Row():
-        ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
-        bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
+        ratio = _plot("Improvement ratio vLLM/HF", "plot-ratio", "ratio")
+        bars = _plot("Output tok/s per user level", "plot-bars", "bars")
     with gr.Row():
-        throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
-        queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
+        throughput = _plot("Output tok/s over time", "plot-throughput", "throughput")
+        queue = _plot("Running / waiting", "plot-queue", "queue")
     caption = gr.Markdown("", elem_id="ratio-caption")
     gr.Markdown(PEAK_NOTE, elem_id="peak-note")
     return (OverTime(progress=progress, throughput=throughput, queue=queue, vllm_kv=None, kv_tokens=None),
             PerLevel(bars=bars, ratio=ratio, latency=None, caption=caption))
 
 
+def _plot(label: str, elem_id: str, what: str) -> gr.Plot:
+    """A live figure, first drawn as its empty state: what will appear there."""
+    return gr.Plot(empty_figure(label, EMPTY_WORDS[what]), label=label, elem_id=elem_id)
+
+
 def _detail_outputs(live: OverTime, per_level: PerLevel) -> None:
     """The KV charts and the latency table under the form and the story."""
     with gr.Row():
-        live.vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
-        live.kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
+        live.vllm_kv = _plot("vLLM KV blocks", "plot-vllm-kv", "vllm_kv")
+        live.kv_tokens = _plot("KV cache of both engines, in tokens", "plot-kv-tokens", "kv_tokens")
     per_level.latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and "
                                      "user level", elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
 
@@ -470,9 +477,10 @@ def _results_tab() -> ResultsTab:
         chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)",
                              allow_custom_value=True)  # an id it does not list: the store's "no such run"
         with gr.Row():
-            compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
-        compare_table = gr.Dataframe(label="Latency (ms) of the first chosen run", column_widths=LATENCY_WIDTHS,
-                                     wrap=True)
+            compare_plot = gr.Plot(compare_figure([]), label="tok/s compared")
+            compare_ratio = gr.Plot(compare_ratio_figure([]), label="ratio compared")
+        compare_table = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) of the first chosen "
+                                     "run", column_widths=LATENCY_WIDTHS, wrap=True)
         args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")

@@ -159,7 +159,8 @@ def _layout() -> KvTab:
                             scale=1)
     hint = gr.Markdown(params_hint(DEFAULT_EXPERIMENT), elem_id="kv-params-hint")
     run, cancel, message, progress = run_cancel_lines("kv", NO_EXPERIMENT)
-    live = gr.Plot(label="KV blocks, live (vLLM's pool per request, or HF's slab while HF runs)", elem_id="kv-live")
+    live = gr.Plot(live_blocks_figure(None), label="KV blocks, live (vLLM's pool per request, or HF's slab while HF "
+                   "runs)", elem_id="kv-live")
     with gr.Row():
         figure = gr.Plot(label="The experiment's figure", elem_id="kv-figure")
         fields = gr.JSON(label="Measured (experiment.json without its series)", elem_id="kv-fields",

@@ -147,7 +147,7 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
         cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel", interactive=False)
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
-    figure = gr.Plot(label="Measured against the knob", elem_id="sweep-figure")
+    figure = gr.Plot(sweep_figure({}), label="Measured against the knob", elem_id="sweep-figure")
     table = gr.Dataframe(label="One row per finished value (as sweep.csv)", elem_id="sweep-points")
     stored = gr.Dataframe(label="Stored sweeps (kept as each value finishes, partial ones too)",
                           elem_id="sweep-stored")
