@@ -219,9 +219,9 @@ def stored_progress(summary: dict | None) -> str:
     """The progress line of a page opened before this app ran anything: the newest stored run, if any."""
     if summary is None:
         return progress_text(None)
-    return (f"Last run {summary['run_id']} ({summary['status']}, started {summary['started_at'][:16]} UTC), "
-            "stored: its settings are in the form and its per-level figures below; the figures over time are "
-            "drawn while a run goes.")
+    when = summary["started_at"][:16].replace("T", " ")
+    return (f"Last run {summary['run_id']} ({summary['status']}, {when} UTC), stored: its settings in the form, its "
+            "per-level figures here (figures over time are drawn live).")
 
 
 def busy_words(run, experiment, sweep) -> str:

@@ -234,9 +234,9 @@ class Handlers:
         return busy_words(self.host.result, self.host.experiment, self.host.sweep)
 
     def busy(self) -> str:
-        """The busy line at the top of every tab: a spinner and what goes, or nothing."""
+        """The busy line at the top of every tab: a spinner and what goes, or nothing (and the page's style)."""
         words = self.busy_key()
-        return f'<div class="kv-busy"><span class="kv-spin"></span>{words}</div>' if words else ""
+        return PAGE_STYLE + (f'<div class="kv-busy"><span class="kv-spin"></span>{words}</div>' if words else "")
 
     def buttons_key(self) -> tuple:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
@@ -344,12 +344,12 @@ def build_app(host: Host) -> gr.Blocks:
     """
     handlers = Handlers(host)
     with gr.Blocks(title="KV Lab") as app:
-        gr.HTML(PAGE_STYLE, padding=False, elem_id="page-style")
         gr.Markdown(INTRO, elem_id="intro")
-        header = [gr.Markdown(host.status_text(), elem_id="load-status"),
-                  gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
+        with gr.Row(equal_height=False):  # the status line and, beside it, the busy line (with the page's style)
+            status = gr.Markdown(host.status_text(), elem_id="load-status")
+            busy = gr.HTML(PAGE_STYLE, elem_id="busy", padding=False)
+        header = [status, gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
-        busy = gr.HTML("", elem_id="busy", padding=False)
         with gr.Tabs():
             load = _load_tab(host)
             why = build_why_tab(host, TICK_S, QUIET)
