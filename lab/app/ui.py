@@ -59,13 +59,15 @@ on a GPU, CUDA graphs). Pick a workload and concurrent users, press **Run**, and
 PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one second; a level's bar divides all "
              "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
              "are left, so the per-second peaks lie above the bar.*")
-LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82px"] * 9  # wrapped: fits 1280 px
+LATENCY_WIDTHS = ["72px", "62px", "70px", "86px", "56px", "72px", "76px"] + ["80px"] * 9  # fits 1280 px: 1,214
 PAGE_STYLE = """<style>
 .kv-busy {display: flex; align-items: center; gap: 0.6em; font-weight: 600; color: #0b6e69; margin: 2px 0;}
 .kv-spin {width: 14px; height: 14px; border: 3px solid #cdeeed; border-top-color: #17bebb; border-radius: 50%;
           display: inline-block; animation: kv-spin 0.8s linear infinite;}
 @keyframes kv-spin {to {transform: rotate(360deg);}}
-</style>"""  # the busy line's spinner
+#latency :is(th, td) *, #runs-table :is(th, td) *, #runs-details :is(th, td) * {word-break: normal;
+    overflow-wrap: normal; hyphens: none;}
+</style>"""  # the busy line's spinner; table cells wrap between words only
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 HIDDEN = {"show_progress": "hidden"}  # an API event whose answer comes at once: no "0.1s" timer over its line
