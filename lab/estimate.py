@@ -54,14 +54,14 @@ class LevelShape:
     steps: int
 
 
-# The first guess: what the Workshop demo taught on a 2-core AMD EPYC (`python -m bench.estimates`, its first
-# run); read only for an engine this device has no stored run of.
+# The first guess: the median timings of `python -m bench.estimates`'s six runs on a 2-core AMD EPYC shared with
+# other work (docs/results/cpu-estimates.md); read only for an engine this device has no stored run of.
 FIRST_GUESS = {
-    "hf": [LevelTiming(1, 0.0011, 0.10), LevelTiming(4, 0.0018, 0.2), LevelTiming(8, 0.0020, 0.5)],
-    "vllm": [LevelTiming(1, 0.0012, 0.03), LevelTiming(4, 0.0010, 0.05), LevelTiming(8, 0.0010, 0.10)],
+    "hf": [LevelTiming(1, 0.0026, 0.093), LevelTiming(4, 0.0035, 0.197), LevelTiming(10, 0.0021, 0.477)],
+    "vllm": [LevelTiming(1, 0.0013, 0.038), LevelTiming(4, 0.0015, 0.050), LevelTiming(10, 0.0011, 0.043)],
 }
-FIRST_WARMUP_S = {"hf": 1.5, "vllm": 0.7}
-FIRST_GAP_S = 0.1
+FIRST_WARMUP_S = {"hf": 1.2, "vllm": 0.64}
+FIRST_GAP_S = 0.03
 
 
 @dataclass(frozen=True)
