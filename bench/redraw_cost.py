@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from lab.app.dashboard import over_time_view
+from lab.app.dashboard import over_time_view, parts
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.base import EngineInfo, EngineSample
 from lab.load.driver import RequestRecord
@@ -86,7 +86,7 @@ def main() -> None:
         view = over_time_view(result)
         figures.append(time.perf_counter() - began)
         began = time.perf_counter()
-        for fig in view[1:]:
+        for fig in parts(view)[1:]:
             fig.to_json()
         json_s.append(time.perf_counter() - began)
     print(f"{len(result.levels)} levels, {tokens:,} tokens, {samples:,} engine samples; one redraw: first "

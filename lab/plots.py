@@ -33,13 +33,21 @@ FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async fr
                   "(the served engine streams every token through it)")
 RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}
 PATTERNS = ("", "/", ".", "x", "-", "+")  # one per compared run
-EMPTY = "nothing measured here yet (or this engine is not in the run)"
+EMPTY = "nothing measured here yet"
+EMPTY_WORDS = {  # what each live figure will show, said while it has nothing to show
+    "throughput": "Output tok/s per second appears here as each level's requests finish.",
+    "bars": "Each engine's output tok/s appears here as its user level ends.",
+    "ratio": "vLLM / HF appears here once both engines have finished a user level.",
+    "vllm_kv": "vLLM's KV blocks in use appear here while vLLM runs a level.",
+    "kv_tokens": "Each engine's KV cache, in tokens, appears here while it runs a level.",
+    "queue": "Requests running and waiting inside each engine appear here while it runs a level.",
+}
 LATENCY_COLUMNS = ["engine", "users", "repeat", "status", "done", "errors", "out tok/s"] + [
     f"{metric} {q}" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]  # in ms (the table's title)
 MIB = 1024**2
 MAX_POINTS = 600  # per live line: a GPU makes thousands of engine steps a minute, and the page redraws each second
 _AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
-             automargin=True, title=dict(standoff=15))
+             automargin=True, title=dict(standoff=15), rangemode="tozero")  # a count or a speed starts at 0
 # plotly_white's look in the few settings these figures use: setting template="plotly_white" deep-copies
 # (and the page then receives) its whole 6.7 KB, which made up most of a live redraw's time
 # (autotypenumbers "strict": user levels given as strings stay one category each, not a numeric axis)
@@ -59,14 +67,35 @@ def _label(engine: str) -> str:
     return ENGINE_LABELS.get(engine, engine)
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+def _layout(fig: go.Figure, title: str, x: str, y: str, empty: str = EMPTY) -> go.Figure:
+    """Title, axes and the shared look; a figure with no point to draw shows no axes, only ``empty``: what will
+    appear there."""
     fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=340, margin=dict(l=50, r=20, t=60, b=90),
                       legend=dict(orientation="h", yanchor="top", y=-0.3), template=LOOK)
-    if not fig.data:  # no made-up axes: say there is nothing yet
+    if not has_points(fig):  # no made-up axes: say what will be here
+        fig.data, fig.layout.shapes = (), ()
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
-        fig.add_annotation(text=EMPTY, showarrow=False, font=dict(color="gray"))
+        fig.add_annotation(text=empty, showarrow=False, font=dict(color="gray"), x=0.5, y=0.5, xref="paper",
+                           yref="paper")
     return fig
+
+
+def empty_figure(title: str, words: str) -> go.Figure:
+    """A figure's empty state: its title and what will appear there (a page's first draw, before any data)."""
+    return _layout(go.Figure(), title, "", "", words)
+
+
+def has_points(fig: go.Figure) -> bool:
+    """Whether any trace has a value to draw (a trace of no values, or only None, draws bare axes)."""
+    return any(v is not None for trace in fig.data for v in _values(trace))
+
+
+def _values(trace) -> list:
+    """A trace's drawn values: a heatmap's cells, a horizontal bar's x, otherwise y."""
+    if getattr(trace, "z", None) is not None:
+        return [v for row in trace.z for v in (row if isinstance(row, (list, tuple)) else [row])]
+    return list((trace.x if getattr(trace, "orientation", None) == "h" else trace.y) or ())
 
 
 def throughput_figure(result: RunResult) -> go.Figure:
@@ -84,7 +113,7 @@ def throughput_figure(result: RunResult) -> go.Figure:
                                      showlegend=col == 1 and lvl.repeat == 0, opacity=1.0 if lvl.repeat == 0 else 0.5,
                                      line=dict(color=ENGINE_COLORS.get(lvl.engine))), row=1, col=col)
     return _layout(fig, "Output tok/s over time, level by level<br><sup>x: seconds since each level began</sup>",
-                   "", "tok/s")
+                   "", "tok/s", EMPTY_WORDS["throughput"])
 
 
 def step_line(xs: Sequence[float], ys: Sequence, **style) -> go.Scatter:
@@ -112,16 +141,18 @@ def _shared_span(fig: go.Figure, result: RunResult) -> go.Figure:
 
 
 def _headroom(fig: go.Figure, values: Sequence[float]) -> go.Figure:
-    """Leave room above the tallest bar for its printed value."""
+    """Leave room above the tallest bar (or whisker) for its printed value."""
     top = max((v for v in values if v is not None), default=0)
     if top > 0:
-        fig.update_yaxes(range=[0, top * 1.25])
+        fig.update_yaxes(range=[0, top * 1.3])
     return fig
 
 
 def engine_spreads(summary: dict, engine: str) -> list[tuple[int, Spread]]:
-    """(users, output tok/s over the repeats) of one engine in a summary.json dict, by user level."""
-    return sorted((users, found) for (name, users), found in tok_s_spreads(summary["runs"]).items() if name == engine)
+    """(users, output tok/s over the repeats that finished a request) of one engine in a summary.json dict, by user
+    level (a level that finished nothing has no tok/s to draw, not a 0)."""
+    measured = [r for r in summary["runs"] if r.get("completed")]
+    return sorted((users, found) for (name, users), found in tok_s_spreads(measured).items() if name == engine)
 
 
 def _error_bars(spreads: Sequence[Spread]) -> dict | None:
@@ -132,21 +163,43 @@ def _error_bars(spreads: Sequence[Spread]) -> dict | None:
                 arrayminus=[s.mean - s.low for s in spreads], color="#333", thickness=1.2)
 
 
+def level_bars(runs: list[dict], engine: str) -> list[tuple[int, Spread | None, str]]:
+    """(users, output tok/s over the repeats that finished a request, state) of one engine's levels, in run
+    order; the state is '' for a level finished ok, else running, cancelled or failed."""
+    levels = []
+    for users in dict.fromkeys(r["users"] for r in runs if r["engine"] == engine):
+        rows = [r for r in runs if r["engine"] == engine and r["users"] == users]
+        found = tok_s_spreads([r for r in rows if r.get("completed")]).get((engine, users))
+        states = [str(r.get("status", "ok")) for r in rows if r.get("status", "ok") != "ok"]
+        levels.append((users, found, "running" if "running" in states else (states[0] if states else "")))
+    return levels
+
+
+def _bar_text(found: Spread | None, state: str) -> str:
+    """A bar's printed value: its tok/s, the level's state beside it, or the state alone (never a made-up 0)."""
+    if found is None or state == "running":
+        return state or "none finished"
+    return f"{found.mean:.0f}" + (f" ({state})" if state else "")
+
+
 def tok_s_bars(summary: dict) -> go.Figure:
-    """Output tok/s per user level, grouped by engine (the mean of the repeats, whiskers min to max)."""
+    """Output tok/s per user level, grouped by engine (the mean of the repeats, whiskers min to max); a level
+    still running is drawn as running, one stopped early with what it measured (hatched)."""
     fig = go.Figure()
     for engine in summary["engines"]:
-        levels = engine_spreads(summary, engine)
-        fig.add_trace(go.Bar(x=[str(u) for u, _ in levels], y=[s.mean for _, s in levels],
-                             error_y=_error_bars([s for _, s in levels]), name=_label(engine),
-                             marker_color=ENGINE_COLORS.get(engine), text=[f"{s.mean:.0f}" for _, s in levels],
-                             textposition="outside"))
+        levels = level_bars(summary["runs"], engine)
+        spreads = [found or Spread(1, 0.0, 0.0, 0.0) for _, found, _ in levels]
+        fig.add_trace(go.Bar(x=[str(u) for u, _, _ in levels], y=[s.mean for s in spreads],
+                             error_y=_error_bars(spreads), name=_label(engine), cliponaxis=False,
+                             marker=dict(color=ENGINE_COLORS.get(engine),
+                                         pattern_shape=["/" if state else "" for _, _, state in levels]),
+                             text=[_bar_text(found, state) for _, found, state in levels], textposition="outside"))
     fig.update_layout(barmode="group")
     _headroom(fig, [s.high for s in tok_s_spreads(summary["runs"]).values()])
     title = "Output tok/s per user level"
     if {"vllm", "vllm-engine"} <= set(summary["engines"]):
         title += f"<br><sup>{FRONT_END_NOTE}</sup>"
-    return _layout(fig, title, "concurrent users", "tok/s")
+    return _layout(fig, title, "concurrent users", "tok/s", EMPTY_WORDS["bars"])
 
 
 def ratio_bars(summary: dict) -> go.Figure:
@@ -158,7 +211,7 @@ def ratio_bars(summary: dict) -> go.Figure:
         top, base = ratio_from_key(key)
         spreads, users = ratio_spreads(summary["runs"], base, top), sorted(ratio, key=int)
         fig.add_trace(go.Bar(x=[str(u) for u in users], y=[ratio[u] for u in users],
-                             name=f"{_short(top)} / {_short(base)}",
+                             name=f"{_short(top)} / {_short(base)}", cliponaxis=False,
                              error_y=_error_bars([spreads[int(u)] for u in users]) if users else None,
                              text=[f"{ratio[u]:.2f}x" + ("*" if int(u) in thin else "") for u in users],
                              textposition="outside", marker_color=RATIO_COLORS.get(base)))
@@ -172,7 +225,7 @@ def ratio_bars(summary: dict) -> go.Figure:
     if thin & shown:
         title += f"<br><sup>* under {TRUSTED_REQUESTS} requests per engine: noisy; raise requests or repeats</sup>"
     _headroom(fig, tops)
-    return _layout(fig, title, "concurrent users", "ratio")
+    return _layout(fig, title, "concurrent users", "ratio", EMPTY_WORDS["ratio"])
 
 
 def vllm_kv_figure(result: RunResult) -> go.Figure:
@@ -189,7 +242,8 @@ def vllm_kv_figure(result: RunResult) -> go.Figure:
                                 line=dict(color=ENGINE_COLORS["vllm"])))
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[info.kv_total_blocks] * 2 if info else [None, None],
                                  mode="lines", name="blocks total", line=dict(dash="dash", color="gray")))
-    return _shared_span(_layout(fig, title, "seconds since run start", "blocks"), result)
+    empty = EMPTY_WORDS["vllm_kv"] if "vllm" in result.plan.engines else "vLLM is not in this run."
+    return _shared_span(_layout(fig, title, "seconds since run start", "blocks", empty), result)
 
 
 def kv_tokens_figure(result: RunResult) -> go.Figure:
@@ -207,7 +261,7 @@ def kv_tokens_figure(result: RunResult) -> go.Figure:
         fig.add_trace(step_line(xs, [row[2] for row in series], name=f"{label}: real tokens",
                                 line=dict(color=color, dash="dot")))
     return _shared_span(_layout(fig, "KV cache held vs holding real tokens, both engines", "seconds since run start",
-                                "tokens"), result)
+                                "tokens", EMPTY_WORDS["kv_tokens"]), result)
 
 
 def _kv_series(result: RunResult, engine: str) -> list[tuple]:
@@ -228,7 +282,8 @@ def queue_figure(result: RunResult) -> go.Figure:
         fig.add_trace(step_line(xs, [s.running for s in samples], name=f"{label}: running", line=dict(color=color)))
         fig.add_trace(step_line(xs, [s.waiting for s in samples], name=f"{label}: waiting",
                                 line=dict(color=color, dash="dot")))
-    return _shared_span(_layout(fig, "Requests running / waiting", "seconds since run start", "requests"), result)
+    return _shared_span(_layout(fig, "Requests running / waiting", "seconds since run start", "requests",
+                                EMPTY_WORDS["queue"]), result)
 
 
 def latency_table(summary: dict) -> pd.DataFrame:
@@ -259,7 +314,8 @@ def compare_figure(summaries: Sequence[dict]) -> go.Figure:
                                  marker=dict(color=ENGINE_COLORS.get(engine),
                                              pattern_shape=PATTERNS[index % len(PATTERNS)])))
     fig.update_layout(barmode="group")
-    return _layout(fig, "Output tok/s: runs compared", "concurrent users", "tok/s")
+    return _layout(fig, "Output tok/s: runs compared", "concurrent users", "tok/s",
+                   "Choose runs above: their output tok/s appear here.")
 
 
 def compare_ratio_figure(summaries: Sequence[dict]) -> go.Figure:
@@ -269,5 +325,8 @@ def compare_ratio_figure(summaries: Sequence[dict]) -> go.Figure:
         users = sorted(s.get("ratio", {}), key=int)
         fig.add_trace(go.Scatter(x=users, y=[s["ratio"][u] for u in users], mode="lines+markers+text",
                                  text=[f"{s['ratio'][u]:.2f}x" for u in users], textposition="top center",
+                                 cliponaxis=False,
                                  name=f"{s['run_id'][:6]} ({s['workload']}, {s['device'].get('name', '')})"))
-    return _layout(fig, "Ratio vLLM / HF: runs compared", "concurrent users", "ratio")
+    _headroom(fig, [v for s in summaries for v in s.get("ratio", {}).values()])
+    return _layout(fig, "Ratio vLLM / HF: runs compared", "concurrent users", "ratio",
+                   "Choose runs above: their vLLM / HF ratios appear here.")

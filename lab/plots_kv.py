@@ -54,8 +54,9 @@ def blocks_check_figure(result) -> go.Figure:
     fig.add_trace(go.Scatter(x=[r[0] for r in rows], y=[r[2] for r in rows], mode="lines", line_shape="hv",
                              name="derived from token counts", line=dict(color="#2e282a", dash="dot")))
     agree = result.fields.get("agree")
-    return _layout(fig, f"Blocks: vLLM's count vs derived (agree within 1 per running request: {agree})",
-                   "seconds since run start", "blocks")
+    verdict = "" if agree is None else f" (agree within 1 per running request: {'yes' if agree else 'no'})"
+    return _layout(fig, f"Blocks: vLLM's count vs derived{verdict}", "seconds since run start", "blocks",
+                   "vLLM's used blocks and the count derived from token counts appear here once vLLM's level has run.")
 
 
 def prefix_figure(result) -> go.Figure:
@@ -133,11 +134,22 @@ def live_blocks_figure(result) -> go.Figure:
     run = result.run if result is not None else None
     level = run.levels[-1] if run is not None and run.levels else None
     if level is None:
-        return _layout(go.Figure(), "KV pool: nothing running yet", "", "")
+        return _layout(go.Figure(), "KV pool, live", "", "", _no_pool_words(result))
     if level.engine == "hf":
         return hf_slab_figure(level)
     info = run.engine_info.get("vllm")
     return block_grid_figure(level, info.kv_block_size, info.kv_total_blocks)
+
+
+def _no_pool_words(result) -> str:
+    """Why there is no live pool to draw: no experiment yet, or one whose load run has not begun or that runs none."""
+    if result is None:
+        return "No experiment yet: the KV pool of the next experiment's load run is drawn here live."
+    going = result.status == RunStatus.RUNNING
+    if result.run is not None:
+        return f"Experiment {result.experiment} is starting its load run: its KV pool appears here."
+    return (f"Experiment {result.experiment} {'is running' if going else 'ran'} without a load run of both engines: "
+            "its own figure below shows what it measures.")
 
 
 def block_grid_figure(level, block_size: int, num_blocks: int, width: int = 32) -> go.Figure:
@@ -154,8 +166,8 @@ def block_grid_figure(level, block_size: int, num_blocks: int, width: int = 32) 
              for i in range(0, len(z), width)]
     fig = go.Figure(go.Heatmap(z=rows, text=hover, hoverinfo="text", showscale=False, xgap=1, ygap=1,
                                colorscale=_steps(len(owners)), zmin=-0.5, zmax=len(owners) + 0.5))
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, rangemode="normal")  # cells centred on 0
+    fig.update_xaxes(showticklabels=False, rangemode="normal")
     used = sum(1 for c in cells if c)
     own = used_blocks(sample) if sample is not None else "no step yet"
     plural = "request" if len(owners) == 1 else "requests"
@@ -183,16 +195,18 @@ def _picture_moment(level) -> tuple:
 def hf_slab_figure(level) -> go.Figure:
     """HF's contiguous KV slab for its current batch: real tokens vs padding and finished rows."""
     samples = [s for s in level.samples if s.kv_reserved_bytes is not None]
-    last = samples[-1] if samples else None
-    reserved = last.kv_reserved_bytes if last else 0
-    real = last.kv_real_bytes if last else 0
+    if not samples:
+        return _layout(go.Figure(), "HF static batch: one contiguous KV slab", "", "",
+                       "HF's KV slab appears here once its first batch runs.")
+    last = samples[-1]
+    reserved, real = last.kv_reserved_bytes, last.kv_real_bytes
     fig = go.Figure()
     fig.add_trace(go.Bar(x=[real / 2**20], y=["current batch"], orientation="h", name="real tokens",
                          marker_color=ENGINE_COLORS["hf"]))
     fig.add_trace(go.Bar(x=[(reserved - real) / 2**20], y=["current batch"], orientation="h",
                          name="padding and finished rows", marker_color="#f2c4b5"))
     fig.update_layout(barmode="stack")
-    batch = last.running if last else 0
+    batch = last.running
     return _layout(fig, f"HF static batch of {batch}: one contiguous KV slab (MiB)", "MiB", "")
 
 

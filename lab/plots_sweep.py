@@ -3,7 +3,8 @@
 Takes the sweep.json dict (``SweepResult.to_dict()``), so a stored sweep draws exactly like a live one.
 Four panels: output tok/s; TTFT and TPOT p50; the KV cache (vLLM: blocks in the pool and peak used;
 HF: peak reserved bytes); and the engine restart each value cost. One line per user level. Values
-are drawn as categories, evenly spaced (1, 4, 16, 64 read better so than on a linear axis).
+are drawn as categories, evenly spaced (1, 4, 16, 64 read better so than on a linear axis); every y-axis
+starts at 0, so that a small difference looks small.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from lab.plots import ENGINE_COLORS, LOOK, MIB
 
 PANELS = ("output tok/s", "TTFT / TPOT p50 (ms)", "KV cache", "engine restart (s)")
 DASHES = ("solid", "dash", "dot", "dashdot")
+EMPTY_SWEEP = "Each value's tok/s, latencies, KV cache and restart time appear here as it finishes."
 COLORS = {**ENGINE_COLORS, "ttft": "#3d5a80", "tpot": "#ee6c4d", "used": "#17bebb", "total": "#2e282a",
           "restart": "#8f3985"}
 
@@ -44,9 +46,16 @@ def sweep_figure(sweep: dict) -> go.Figure:
         _line(fig, xs, _col(points, "kv_total_blocks"), "blocks in the pool", "total", "solid", 2, 1)
     _line(fig, xs, _col(points, "restart_s"), "restart", "restart", "solid", 2, 2)
     fig.update_xaxes(type="category", title_text=sweep.get("knob", ""))
-    fig.update_layout(title=f"Sweep of {sweep.get('knob', '')} ({sweep.get('status', '')})", height=620,
+    fig.update_yaxes(rangemode="tozero")  # a 0.7% difference must not look steep
+    title = f"Sweep of {sweep['knob']} ({sweep.get('status', '')})" if sweep.get("knob") else "Sweep"
+    fig.update_layout(title=title, height=620,
                       margin=dict(l=50, r=20, t=70, b=40), template=LOOK,
                       legend=dict(orientation="h", y=-0.12))
+    if not points:
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        fig.add_annotation(text=EMPTY_SWEEP, showarrow=False, font=dict(color="gray"), x=0.5, y=0.5, xref="paper",
+                           yref="paper")
     return fig
 
 

@@ -135,6 +135,9 @@ class RunResult(TaskResult):
     engine_info: dict[str, EngineInfo] = field(default_factory=dict)
     agreement: list[dict] = field(default_factory=list)
     levels: list[LevelResult] = field(default_factory=list)
+    warmup_s: dict[str, float] = field(default_factory=dict)  # each engine's warm-up, measured
+    ended_s: float | None = None  # perf_counter at the end: wall_s = ended_s - origin_s
+    estimate_s: float | None = None  # the estimate (lab.estimate) the page showed for this plan when it started
 
     def name(self) -> str:
         """The run's workload."""
@@ -248,7 +251,9 @@ async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
             if name not in warmed:
                 result.message = f"warming up {name}"
                 _notify(observers, "on_update", result)
+                began = time.perf_counter()
                 await warm_up(engine, tokenizer, plan)
+                result.warmup_s[name] = time.perf_counter() - began
                 warmed.add(name)
             await run_level(plan, engine, tokenizer, users, result, observers, repeat)
             last_engine = name
@@ -259,6 +264,7 @@ async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
 
 def _complete(result: RunResult, observers: Sequence[Observer]) -> None:
     """Close the levels a stop left open, then tell the observers the run ended."""
+    result.ended_s = time.perf_counter()
     for level in result.levels:
         if level.status == RunStatus.RUNNING:
             level.finish(result.engine_info.get(level.engine),
@@ -390,7 +396,13 @@ def summary_dict(result: RunResult) -> dict:
         "ratios": {ratio_key(top, base): {str(users): value for users, value in result.ratio(base, top).items()}
                    for top, base in ratio_pairs(plan.engines)},
         "spread": spread_dict(runs, ratio_pairs(plan.engines)),
+        "warmup_s": dict(result.warmup_s), "wall_s": wall_s(result), "estimate_s": result.estimate_s,
     }
+
+
+def wall_s(result: RunResult) -> float | None:
+    """Seconds from the run's start (its submit) to its end, measured; None while it goes."""
+    return None if result.ended_s is None else result.ended_s - result.origin_s
 
 
 def spread_dict(runs: list[dict], pairs: list[tuple[str, str]]) -> dict:

@@ -14,7 +14,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from lab.metrics import tok_s_spreads
+from lab.engines import registry
+from lab.metrics import ratios_by_users, tok_s_spreads
 from lab.model import cache_dir
 from lab.runs import REQUEST_COLUMNS, RunResult, request_rows
 from lab.tasks import TaskResult
@@ -81,36 +82,66 @@ def save(db_path: str | Path, result: TaskResult) -> None:
         conn.execute("insert or replace into results values (?,?,?,?,?,?,?,?,?)", row)
 
 
+LEAD_COLUMNS = ("when", "engines", "users", "workload", "top level")  # then each engine's tok/s, the ratio, status
+DETAIL_COLUMNS = ("run_id", "when", "status", "device", "model", "output len", "per user", "repeats", "rate",
+                  "estimated s", "took s", "estimate error")
+
+
 def list_runs(db_path: str | Path) -> list[dict]:
-    """Every stored run, newest first, as a readable table row: when, device, workload, users, output length,
-    requests per user, and numbers at the run's top user level (each engine's tok/s and the ratio)."""
+    """Every stored run, newest first, as a readable table row (run_row)."""
     return [run_row(summary) for summary in list_summaries(db_path, limit=None)]
 
 
 def run_row(s: dict) -> dict:
-    """One run as the Results table shows it (engine args stay in the detail view)."""
-    top = max(s["users"])
-    tok = {engine: found.mean for (engine, users), found in tok_s_spreads(s["runs"]).items() if users == top}
-    ratio = s["ratio"].get(str(top))
+    """One run as the Results table shows it: when, engines, users, workload, then each engine's tok/s and the
+    ratio at the top user level it measured (a cancelled run's last measured level), its status, and the details
+    (id, device, model, lengths, the estimate it was given and its measured time). Engine args stay in the
+    compare view."""
+    rows = measured_rows(s["runs"])
+    top = max((row["users"] for row in rows), default=max(s["users"]))
+    tok = {engine: found.mean for (engine, users), found in tok_s_spreads(rows).items() if users == top}
+    ratio = ratios_by_users(rows).get(top)
     load = s.get("load", {})
-    return {
-        "run_id": s["run_id"], "started": s["started_at"].replace("T", " ")[:16], "status": s["status"],
-        "device": s["device"].get("name", ""), "model": s["model"], "workload": s["workload"],
-        "users": ",".join(str(u) for u in s["users"]),
+    row = {
+        "run_id": s["run_id"], "when": s["started_at"].replace("T", " ")[:16], "engines": ",".join(s["engines"]),
+        "users": ",".join(str(u) for u in s["users"]), "workload": workload_words(s), "top level": top,
+        **{f"{registry.label(engine)} tok/s": _round(tok.get(engine), 1) for engine in s["engines"]},
+        "vLLM/HF": _round(ratio, 2), "status": s["status"],
+        "device": s["device"].get("name", ""), "model": s["model"],
         "output len": load.get("output_len") or "workload's",
         "per user": (f"{load['requests_per_user']} req" if load.get("requests_per_user")
                      else f"{load.get('duration_s')} s"),
-        "repeats": load.get("repeats", 1),
-        "top level": top,
-        "HF tok/s": None if tok.get("hf") is None else round(tok["hf"], 1),
-        "vLLM tok/s": None if tok.get("vllm") is None else round(tok["vllm"], 1),
-        "vLLM/HF": None if ratio is None else round(ratio, 2),
+        "repeats": load.get("repeats", 1), "rate": load.get("rate") or "closed loop",
     }
+    return row | estimate_columns(s)
+
+
+def measured_rows(runs: list[dict]) -> list[dict]:
+    """The levels that finished (a cancelled or failed run: those, else the levels that finished a request)."""
+    return [r for r in runs if r.get("status", "ok") == "ok"] or [r for r in runs if r.get("completed")]
+
+
+def workload_words(s: dict) -> str:
+    """'mixed, 2 req/user, out 8': the workload and what bounds a level."""
+    load = s.get("load", {})
+    bound = f"{load['requests_per_user']} req/user" if load.get("requests_per_user") else f"{load.get('duration_s')} s"
+    return ", ".join([s["workload"], bound] + ([f"out {load['output_len']}"] if load.get("output_len") else []))
+
+
+def estimate_columns(s: dict) -> dict:
+    """The estimate the run was given, its measured time from Run to its end, and the error (computed)."""
+    estimate, took = s.get("estimate_s"), s.get("wall_s")
+    error = f"{100 * (estimate - took) / took:+.0f}%" if estimate and took else None
+    return {"estimated s": _round(estimate, 1), "took s": _round(took, 1), "estimate error": error}
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def run_label(row: dict) -> str:
     """A run as the compare dropdown names it."""
-    return f"{row['started']} · {row['workload']} · users {row['users']} · {row['status']} ({row['run_id']})"
+    return f"{row['when']} · {row['workload']} · users {row['users']} · {row['status']} ({row['run_id']})"
 
 
 def _fetch_one(db_path: str | Path, kind: str, key: str, column: str = "result_json") -> tuple:

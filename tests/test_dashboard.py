@@ -31,8 +31,8 @@ def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=0, bo
          amount=2, max_model_len=2048, repeats=1):
     """plan_from_inputs with the form's usual values, some changed."""
     config = EngineConfig(max_model_len=max_model_len)
-    return plan_from_inputs(config, None if engines is None else list(engines), users, workload, output_len,
-                            bound, amount, repeats)
+    return plan_from_inputs(config, engines=None if engines is None else list(engines), users=users,
+                            workload=workload, output_len=output_len, bound=bound, amount=amount, repeats=repeats)
 
 
 def test_valid_inputs_make_a_plan():
@@ -113,7 +113,7 @@ def test_live_view(char_tokenizer, finished):
     assert len(view.latency) == (4 if finished else 0)
     traces = [len(view.throughput.data), len(view.vllm_kv.data), len(view.kv_tokens.data), len(view.queue.data)]
     assert traces == ([4, 2, 4, 4] if finished else [0, 0, 0, 0])  # throughput: 2 engines x 2 levels
-    assert len(view.tok_s_bars.data) == 2 and len(view.ratio.data) == 1
+    assert (len(view.tok_s_bars.data), len(view.ratio.data)) == ((2, 1) if finished else (0, 0))  # empty states
 
 
 def environment():

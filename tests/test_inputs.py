@@ -30,10 +30,10 @@ NUMBERS = {"empty": None, "zero": 0.0, "negative": -3.0, "fraction": 1.5, "huge"
 NUMBER_WORDS = ("empty", "text", "unicode", "whitespace", "nan", "inf")  # never a number, in any field
 
 # -- the load-test form ----------------------------------------------------------------------------------------
-FORM = dict(engines=["hf", "vllm"], users_text="1,5", workload="mixed", output_len=0, bound=BOUND_REQUESTS,
+FORM = dict(engines=["hf", "vllm"], users="1,5", workload="mixed", output_len=0, bound=BOUND_REQUESTS,
             amount=2, repeats=1, rate=0, slo="")
 FORM_FIELDS = {  # field -> (the words its messages use, the classes it accepts, whether it is a number)
-    "users_text": (("users",), (), False),
+    "users": (("users",), (), False),
     "workload": (("workload",), (), False),
     "output_len": (("output length", "output_len"), ("zero",), True),
     "requests": (("requests per user",), (), True),

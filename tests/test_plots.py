@@ -8,6 +8,7 @@ import pytest
 from lab.config import LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
 from lab.plots import (
+    EMPTY_WORDS,
     ENGINE_LABELS,
     compare_figure,
     compare_ratio_figure,
@@ -140,18 +141,31 @@ def test_nothing_measured_yet_draws_empty_figures(make):
     for figure in (throughput_figure, vllm_kv_figure, kv_tokens_figure, queue_figure):
         assert len(figure(result).data) == 0, figure.__name__
     assert vllm_kv_figure(result).layout.title.text == "vLLM KV-cache blocks"
-    assert vllm_kv_figure(result).layout.annotations[0].text.startswith("nothing measured here yet")
+    empty = vllm_kv_figure(result)  # no bare axes: what will appear there
+    assert empty.layout.annotations[0].text == EMPTY_WORDS["vllm_kv"] and empty.layout.yaxis.visible is False
     summary = summary_dict(result)
-    assert sum(len(t.x) for t in tok_s_bars(summary).data) == len(result.levels)  # a level begun is a 0 bar
-    assert len(ratio_bars(summary).data[0].x) == 0
+    bars = [text for t in tok_s_bars(summary).data for text in t.text]
+    assert bars == ["running"] * len(result.levels)  # a level begun is drawn as running, not as a 0 bar
+    ratio = ratio_bars(summary)
+    assert len(ratio.data) == 0 and ratio.layout.annotations[0].text == EMPTY_WORDS["ratio"]
+    assert not ratio.layout.shapes  # not even the 1.0 line on made-up axes
     assert len(latency_table(summary)) == len(result.levels)
     assert list(latency_table({"runs": []}).columns)[:2] == ["engine", "users"]  # named headers, even empty
-    assert len(compare_figure([summary]).data) == 2 and len(compare_ratio_figure([summary]).data[0].x) == 0
+    assert len(compare_figure([summary]).data) == 0 and len(compare_ratio_figure([summary]).data) == 0
+
+
+def test_a_cancelled_level_shows_what_it_measured_and_says_so():
+    rows = [{"engine": "hf", "users": 1, "repeat": 0, "status": "ok", "completed": 2, "output_tok_s": 10.0},
+            {"engine": "hf", "users": 4, "repeat": 0, "status": "cancelled", "completed": 1, "output_tok_s": 20.0},
+            {"engine": "vllm", "users": 1, "repeat": 0, "status": "cancelled", "completed": 0, "output_tok_s": 0.0}]
+    bars = tok_s_bars({"engines": ["hf", "vllm"], "runs": rows})
+    assert list(bars.data[0].text) == ["10", "20 (cancelled)"] and list(bars.data[1].text) == ["cancelled"]
+    assert list(bars.data[0].marker.pattern.shape) == ["", "/"]
 
 
 def test_one_engine_has_no_ratio(char_tokenizer):
     summary = summary_dict(fake_run(char_tokenizer, engines=("vllm",)))
-    assert summary["ratio"] == {} and len(ratio_bars(summary).data[0].x) == 0
+    assert summary["ratio"] == {} and len(ratio_bars(summary).data) == 0  # an empty state, no bare axes
     assert len(tok_s_bars(summary).data) == 1 and len(latency_table(summary)) == 2
 
 

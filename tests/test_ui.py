@@ -135,12 +135,12 @@ def test_api_runs_and_reads_results_back(served):
         (e, u, k) for e in ("hf", "vllm") for u in (1, 2) for k in (0, 1))
     assert all(r["output_tokens"] == 8 * r["users"] for r in summary["runs"])
     assert set(summary["ratio"]) == {"1", "2"} and summary["spread"]["ratio"]["2"]["n"] == 2
-    rows, _ = c.predict(api_name="/load_runs")
-    stored = {row[0]: dict(zip(rows["headers"], row, strict=True)) for row in rows["data"]}
-    assert summary["run_id"] in stored
-    row = stored[summary["run_id"]]  # numbers, not JSON: the top level's tok/s and ratio
-    assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["HF tok/s"], float)
-    assert row["repeats"] == 2
+    lead, details, _ = c.predict(api_name="/load_runs")
+    stored = {row[0]: dict(zip(details["headers"], row, strict=True)) for row in details["data"]}
+    assert summary["run_id"] in stored and stored[summary["run_id"]]["repeats"] == 2
+    row = dict(zip(lead["headers"], lead["data"][0], strict=True))  # the newest first
+    assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["HF tok/s"], float)  # numbers
+    assert "run_id" not in row and row["when"] == stored[summary["run_id"]]["when"]  # the id in the details
     *_, csv_path, json_path = c.predict([summary["run_id"]], api_name="/compare")
     assert len(Path(csv_path).read_text().splitlines()) == 1 + 12
     assert json.loads(Path(json_path).read_text())["run_id"] == summary["run_id"]
@@ -190,19 +190,75 @@ def test_environment_tab_shows_the_agreement_check(served, browser):
     page.close()
 
 
+NO_MADE_UP_AXES = """() => {
+    const bad = [];
+    for (const e of document.querySelectorAll('[id^="plot-"]')) {
+        const ticks = [...e.querySelectorAll('.xtick text, .ytick text')].map(t => t.textContent);
+        if (ticks.some(t => /^[\u2212-]/.test(t))) bad.push(`${e.id}: negative ticks ${ticks.join(' ')}`);
+        if (e.innerText.includes('None')) bad.push(`${e.id}: None`);
+    }
+    return bad;
+}"""
+WORDS_BROKEN = """(selector) => {
+    const broken = [];
+    for (const cell of document.querySelectorAll(`${selector} th, ${selector} td`)) {
+        const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (const m of node.textContent.matchAll(/\S+/g)) {
+                const range = document.createRange();
+                range.setStart(node, m.index);
+                range.setEnd(node, m.index + m[0].length);
+                const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+                if (lines.size > 1) broken.push(m[0]);
+            }
+        }
+    }
+    return broken;
+}"""
+COLUMNS_IN_VIEW = """(names) => {
+    const box = document.querySelector('#runs-table').getBoundingClientRect();
+    const right = Math.min(box.right, window.innerWidth) + 1;
+    return [...document.querySelectorAll('#runs-table th')]
+        .map(th => [th.innerText.trim(), th.getBoundingClientRect()]).filter(([name]) => names.includes(name))
+        .map(([name, r]) => [name, r.left >= box.left - 1 && r.right <= right]);
+}"""
+
+
+def watch_while_running(page, host, run_id):
+    """While the run goes: a busy spinner, and no plot with negative axes or 'None' (sampled once a second)."""
+    page.wait_for_selector("#busy .kv-spin", timeout=30_000)
+    seen = []
+    while host.result.id == run_id and host.result.status == "running":
+        seen += page.evaluate(NO_MADE_UP_AXES)
+        time.sleep(1)
+    assert not seen, seen
+
+
+def check_results_table(page):
+    """tok/s and ratio columns inside the viewport without scrolling; no word broken in a header or cell."""
+    page.get_by_role("tab", name="Results").click()
+    page.wait_for_selector("#runs-table th", timeout=20_000)
+    found = dict(page.evaluate(COLUMNS_IN_VIEW, ["HF tok/s", "vLLM tok/s", "vLLM/HF"]))
+    assert found == {"HF tok/s": True, "vLLM tok/s": True, "vLLM/HF": True}, found
+    assert page.evaluate(WORDS_BROKEN, "#runs-table") == []
+    page.get_by_role("tab", name="Load test").click()
+
+
 @pytest.mark.ui
 def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tmp_path):
     from lab.presets import workshop_demo
 
     host, url = served
     preset = workshop_demo(host.config)
-    page = open_ready(browser, url, viewport={"width": 1400, "height": 2300})
+    page = open_ready(browser, url, viewport={"width": 1400, "height": 900})
     assert "bench.workshop_demo" in page.inner_text("#demo-why")  # how the preset was chosen
+    wait_text(page, "#estimate", "Estimated time: about", 20)  # before every Run
     page.click("#demo")
     wait_text(page, "#message", "started", 30)
     assert page.input_value("#users textarea") == preset.users
     assert host.result.plan == preset.plan(host.config)
     run_id = host.result.id  # the demo's run (checked just above); the message line may have moved on
+    watch_while_running(page, host, run_id)
     try:
         wait_text(page, "#progress", f"Run {run_id} done: ", 300)
     except Exception as exc:  # say where the run stood (a run that hung once here must be found)
@@ -212,6 +268,7 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
                              f"run {result.id} {result.status} "
                              f"{result.message!r}; levels {levels}; running {host.running()}") from exc
     time.sleep(1.5)  # one more timer tick draws the final figures
+    assert host.result.estimate_s > 0 and host.wait_run(10).ended_s  # the estimate it was given, kept
     for plot in PLOTS:
         assert page.eval_on_selector(f"#{plot}", "e => e.querySelectorAll('g.trace').length") >= 1, plot
     for plot in ("plot-throughput", "plot-bars", "plot-queue"):
@@ -224,16 +281,33 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     assert "HF: held" in kv_text and "vLLM: held" in kv_text  # both engines on one axis
     table = page.inner_text("#latency")
     assert "hf" in table and "vllm" in table
+    assert page.evaluate(WORDS_BROKEN, "#latency") == []
+    wait_text(page, "#estimate", "stored run", 20)  # right after the run: what it taught, no edit needed
+    assert not page.query_selector("#busy .kv-spin")
     shot = Path(os.environ.get("KVLAB_SCREENSHOT", tmp_path / "dashboard.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    page.set_viewport_size({"width": 1280, "height": 720})  # a laptop's first screen: the story above the fold
-    page.evaluate("window.scrollTo(0, 0)")
-    for plot in ("plot-ratio", "plot-bars"):
-        assert page.eval_on_selector(f"#{plot}", "e => e.getBoundingClientRect().bottom") <= 720, plot
+    check_results_table(page)
+    page.close()
+
+
+@pytest.mark.ui
+def test_a_page_opened_after_a_run_shows_its_settings_plots_and_estimate_at_1280x720(served, browser, tmp_path):
+    host, url = served
+    last = host.wait_run(60)
+    page = open_ready(browser, url, viewport={"width": 1280, "height": 720})
+    users = ",".join(map(str, last.plan.load.users))
+    page.wait_for_function("(u) => document.querySelector('#users textarea').value === u", arg=users, timeout=20_000)
+    assert page.input_value("#output-len input") == str(last.plan.load.output_len or 0)
+    wait_text(page, "#estimate", "Estimated time: about", 20)
+    wait_text(page, "#progress", last.id, 20)
+    page.wait_for_function("() => document.querySelectorAll('#plot-ratio g.trace').length > 0", timeout=20_000)
+    for selector in ("#run", "#plot-ratio", "#plot-bars"):  # a laptop's first screen: Run and the story
+        assert page.eval_on_selector(selector, "e => e.getBoundingClientRect().bottom") <= 720, selector
     small = Path(os.environ.get("KVLAB_SCREENSHOT_1280", tmp_path / "dashboard-1280x720.png"))
     page.screenshot(path=str(small))
     assert small.stat().st_size > 10_000
+    check_results_table(page)
     page.close()
 
 
@@ -283,8 +357,8 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     finished = sum(1 for lvl in host.result.levels for r in lvl.records if r.status == "ok")
     assert f"{finished} requests finished" in first.inner_text("#progress")
     wait_text(first, "#latency", "vllm" if host.result.levels[-1].engine == "vllm" else "hf", 10)
-    rows, _ = client(url).predict(api_name="/load_runs")
-    stored = {row[0]: row for row in rows["data"]}
+    _, details, _ = client(url).predict(api_name="/load_runs")
+    stored = {row[0]: row for row in details["data"]}
     assert host.result.id in stored and "cancelled" in stored[host.result.id]
     first.close()
     second.close()
@@ -309,8 +383,8 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     assert result.status == "failed", result.message
     assert result.error == "vLLM's engine process exited (signal 9, SIGKILL), during the 3-user level of vllm"
     assert result.levels[-1].status == "failed" and result.levels[-1].records  # what it measured is kept
-    rows, _ = c.predict(api_name="/load_runs")
-    assert {row[0]: row for row in rows["data"]}[result.id][2] == "failed"
+    _, details, _ = c.predict(api_name="/load_runs")
+    assert {row[0]: row for row in details["data"]}[result.id][2] == "failed"
     wait_text(page, "#load-status", "vllm dead", 20)
     assert "signal 9" in page.inner_text("#load-status")
     assert main(["env", "--app", url]) == 0  # the CLI asks the running app
@@ -580,6 +654,7 @@ def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, brows
     stored = len(list_runs(host.db_path))
     page = open_ready(browser, url)
     page.fill("#users textarea", "1")
+    page.click("#more-options")  # open loop and SLO are folded away
     for selector, value in fields.items():
         page.get_by_label(value).check() if selector == "bound" else page.fill(selector, value)
     page.click("#run")

@@ -6,8 +6,8 @@ notebooks can call them too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
 
 from lab.config import (
     MAX_REPEATS,
@@ -44,15 +44,63 @@ def engine_choices(loaded) -> list[tuple[str, str]]:
     return [(registry.label(name), name) for name in kinds + [n for n in loaded if n not in kinds]]
 
 
-def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text: str, workload: str,
+T = TypeVar("T")
+
+
+def parts(named) -> list:
+    """A named group's members in its declared order (what Gradio's inputs and outputs lists take)."""
+    return [getattr(named, f.name) for f in fields(named)]
+
+
+@dataclass
+class LoadForm(Generic[T]):
+    """The Load-test form by field name: the page holds one of components, a handler one of their values (the
+    declared order is the order Gradio passes them in, and the start_run API's)."""
+
+    engines: T
+    users: T
+    workload: T
+    output_len: T
+    bound: T
+    amount: T
+    repeats: T
+    rate: T
+    slo: T
+
+    @classmethod
+    def of_load(cls, engines, load: dict) -> LoadForm:
+        """The form that asks for a stored run's load (summary.json's ``load``, with its users and workload)."""
+        by_count = bool(load.get("requests_per_user"))
+        return cls(engines=list(engines), users=",".join(map(str, load["users"])), workload=load["workload"],
+                   output_len=load.get("output_len") or 0, bound=BOUND_REQUESTS if by_count else BOUND_SECONDS,
+                   amount=load["requests_per_user"] if by_count else load.get("duration_s"),
+                   repeats=load.get("repeats", 1), rate=load.get("rate") or 0,
+                   slo=",".join(f"{name}={limit:g}" for name, limit in dict(load.get("slo") or {}).items()))
+
+    @classmethod
+    def of_plan(cls, plan: RunPlan) -> LoadForm:
+        """The form that asks for ``plan``."""
+        load = plan.load
+        return cls.of_load(plan.engines, {"users": load.users, "workload": load.workload, "output_len": load.output_len,
+                                          "requests_per_user": load.requests_per_user, "duration_s": load.duration_s,
+                                          "repeats": load.repeats, "rate": load.rate, "slo": load.slo})
+
+    @classmethod
+    def of_summary(cls, summary: dict) -> LoadForm:
+        """The form that asks for a stored run's plan (summary.json)."""
+        return cls.of_load(summary["engines"], {**summary["load"], "users": summary["users"],
+                                                "workload": summary["workload"]})
+
+
+def plan_from_inputs(config: EngineConfig, *, engines: list[str] | None, users: str, workload: str,
                      output_len: float | None, bound: str, amount: float | None, repeats: float | None = 1,
                      rate: float | None = 0, slo: str = "") -> RunPlan:
-    """A validated RunPlan from the Load-test form.
+    """A validated RunPlan from the Load-test form's named values (``plan_from_inputs(config, **vars(form))``).
 
     Args:
         config: The loaded engines' config (for max_model_len).
         engines: Ticked engines.
-        users_text: e.g. '1,5,10,20'.
+        users: e.g. '1,5,10,20'.
         workload: A workload name.
         output_len: Forced output length; 0 keeps the workload's lengths (empty is refused: say 0).
         bound: BOUND_REQUESTS or BOUND_SECONDS.
@@ -67,13 +115,13 @@ def plan_from_inputs(config: EngineConfig, engines: list[str] | None, users_text
     Raises:
         ValueError: with a message for the page.
     """
-    users = parse_users(users_text or "")
+    users_tuple = parse_users(users or "")
     out = whole(output_len, "Output length (0 = the workload's)", low=0) or None  # 0: the workload's own lengths
     if bound not in (BOUND_REQUESTS, BOUND_SECONDS):
         raise ValueError(f"Bound each level by: choose {BOUND_REQUESTS} or {BOUND_SECONDS}, not {bound!r}.")
     open_loop = decimal(rate, "Open loop: requests/s (0 = users)") or None  # 0: closed-loop users
     load = LoadConfig(
-        users=users, workload=workload, output_len=out, repeats=whole(repeats, "Repeats", 1, MAX_REPEATS),
+        users=users_tuple, workload=workload, output_len=out, repeats=whole(repeats, "Repeats", 1, MAX_REPEATS),
         requests_per_user=whole(amount, "Requests per user", low=1) if bound == BOUND_REQUESTS else None,
         duration_s=decimal(amount, "Seconds per level") if bound == BOUND_SECONDS else None,
         rate=open_loop, slo=parse_slo(slo or ""),
@@ -103,6 +151,28 @@ def progress_text(result: RunResult | None) -> str:
             + (f", {' and '.join(parts)} before their last token" if parts else "") + ".")
 
 
+@dataclass
+class OverTime(Generic[T]):
+    """What changes with every token: the progress line and the four figures over time."""
+
+    progress: T
+    throughput: T
+    queue: T
+    vllm_kv: T
+    kv_tokens: T
+
+
+@dataclass
+class PerLevel(Generic[T]):
+    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table and the
+    ratio's computed caption."""
+
+    bars: T
+    ratio: T
+    latency: T
+    caption: T
+
+
 @dataclass(frozen=True)
 class LiveView:
     """Everything the Load-test tab draws for one run."""
@@ -120,23 +190,46 @@ class LiveView:
 
 def live_view(result: RunResult) -> LiveView:
     """Figures and table of a live or finished run (the same functions the notebooks use)."""
-    progress, throughput, queue, vllm_kv, kv_tokens = over_time_view(result)
-    bars, ratio, latency, caption = per_level_view(result)
-    return LiveView(progress=progress, throughput=throughput, tok_s_bars=bars, ratio=ratio, vllm_kv=vllm_kv,
-                    kv_tokens=kv_tokens, queue=queue, latency=latency, caption=caption)
+    over, level = over_time_view(result), per_level_view(result)
+    return LiveView(progress=over.progress, throughput=over.throughput, tok_s_bars=level.bars, ratio=level.ratio,
+                    vllm_kv=over.vllm_kv, kv_tokens=over.kv_tokens, queue=over.queue, latency=level.latency,
+                    caption=level.caption)
 
 
-def over_time_view(result: RunResult) -> tuple:
-    """What changes with every token: the progress line and the four figures over time."""
-    return (progress_text(result), throughput_figure(result), queue_figure(result), vllm_kv_figure(result),
-            kv_tokens_figure(result))
+def over_time_view(result: RunResult) -> OverTime:
+    """The progress line and the four figures over time of a live or finished run."""
+    return OverTime(progress=progress_text(result), throughput=throughput_figure(result), queue=queue_figure(result),
+                    vllm_kv=vllm_kv_figure(result), kv_tokens=kv_tokens_figure(result))
 
 
-def per_level_view(result: RunResult) -> tuple:
-    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table and the
-    ratio's computed caption."""
+def per_level_view(result: RunResult) -> PerLevel:
+    """The per-level bars, the ratio, the latency table and the ratio's caption of a live or finished run."""
     summary = summary_dict(result)
-    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary), ratio_caption(summary)
+    return PerLevel(bars=tok_s_bars(summary), ratio=ratio_bars(summary), latency=latency_table(summary),
+                    caption=ratio_caption(summary))
+
+
+def stored_view(summary: dict) -> PerLevel:
+    """The per-level figures, latency table and caption of a stored run (summary.json)."""
+    return PerLevel(bars=tok_s_bars(summary), ratio=ratio_bars(summary), latency=latency_table(summary),
+                    caption=ratio_caption(summary))
+
+
+def stored_progress(summary: dict | None) -> str:
+    """The progress line of a page opened before this app ran anything: the newest stored run, if any."""
+    if summary is None:
+        return progress_text(None)
+    when = summary["started_at"][:16].replace("T", " ")
+    return (f"Last run {summary['run_id']} ({summary['status']}, {when} UTC), stored: its settings in the form, its "
+            "per-level figures here (figures over time are drawn live).")
+
+
+def busy_words(run, experiment, sweep) -> str:
+    """What goes now in a few words, or empty: the busy line at the top of the page (and its change key)."""
+    for task, kind in ((sweep, "Sweep"), (experiment, "Experiment"), (run, "Run")):
+        if task is not None and task.status == RunStatus.RUNNING:
+            return f"{kind} {task.id} running: {task.message}"
+    return ""
 
 
 def per_level_key(result: RunResult | None) -> tuple | None:

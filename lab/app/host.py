@@ -19,11 +19,12 @@ from lab.app.runner import TaskRunner, poll_until
 from lab.app.seam import LoadStatus
 from lab.config import Endpoint, EngineConfig, RunPlan
 from lab.environment import process_rss_bytes, read_device, versions
+from lab.estimate import HISTORY_RUNS, Estimate, estimate_run, history
 from lab.memory import kv_fit_warning
-from lab.runs import RunResult
+from lab.runs import RunResult, wall_s
 from lab.session import LabSession, SessionCheck, check_session, settle_heap
 from lab.status import RunStatus
-from lab.store import default_db_path, save
+from lab.store import default_db_path, list_summaries, save
 
 log = logging.getLogger(__name__)
 __all__ = ["MAX_DEATHS", "LabHost", "LoadStatus"]
@@ -48,9 +49,18 @@ class _Recorder:
 
     def on_complete(self, result: RunResult) -> None:
         self.host.keep(result)
+        log_estimate(result)
         if result.status == RunStatus.OK:  # a good run ends a streak of deaths
             self.host.doctor.recovered(result.plan.engines)
         self.host.bump()
+
+
+def log_estimate(result: RunResult) -> None:
+    """Log how far the run's estimate was from its measured time (summary.json keeps both)."""
+    took = wall_s(result)
+    if result.estimate_s and took:
+        log.info("run %s took %.1f s, estimated %.1f s: error %+.0f%%", result.id, took, result.estimate_s,
+                 100 * (result.estimate_s - took) / took)
 
 
 class LabHost:
@@ -122,11 +132,18 @@ class LabHost:
             if reason:
                 return False, reason
             result = self.result = self.session.new_result(plan)
+            result.estimate_s = self.estimate(plan, dead).seconds
             self.runner.start(self._restart_then_run(dead, plan, result))
         self.bump()
         warning = kv_fit_warning(plan, self.check.memory)
         restart = f" First restarting {', '.join(dead)}." if dead else ""
         return True, f"Run {result.id} started.{restart}" + (f" **Warning:** {warning}." if warning else "")
+
+    def estimate(self, plan: RunPlan, dead: list[str]) -> Estimate:
+        """How long ``plan`` should take here (lab.estimate), restarting the ``dead`` engines first."""
+        past = history(list_summaries(self.db_path, HISTORY_RUNS), self.check.model, self.check.memory.device.name)
+        health = self.health()
+        return estimate_run(plan, past, {name: health[name].get("last_start_s") or 0.0 for name in dead})
 
     async def _restart_then_run(self, dead: list[str], plan: RunPlan, result: RunResult) -> None:
         if dead:

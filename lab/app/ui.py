@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any
 
@@ -21,14 +21,21 @@ import pandas as pd
 from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
+    LoadForm,
+    OverTime,
+    PerLevel,
     agreement_warning,
+    busy_words,
     engine_choices,
     environment_markdown,
     over_time_view,
+    parts,
     per_level_key,
     per_level_view,
     plan_from_inputs,
     progress_text,
+    stored_progress,
+    stored_view,
 )
 from lab.app.seam import Host
 from lab.app.ui_kv import build_kv_tab
@@ -38,11 +45,11 @@ from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.estimate import estimate_text
 from lab.load.workloads import WORKLOADS
-from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
+from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
 from lab.runs import summary_dict
 from lab.status import EngineHealth, RunStatus
-from lab.store import export_run, list_runs, list_summaries, load_summary, run_label
+from lab.store import DETAIL_COLUMNS, LEAD_COLUMNS, export_run, list_runs, list_summaries, load_summary, run_label
 
 INTRO = """# KV Lab — how much vLLM outruns HF `generate()` here, and why
 One model, loaded by each engine: **HF transformers** with static batching (a padded batch runs until its longest
@@ -52,10 +59,18 @@ on a GPU, CUDA graphs). Pick a workload and concurrent users, press **Run**, and
 PEAK_NOTE = ("*Over time, each point counts the tokens that arrived in one second; a level's bar divides all "
              "its tokens by its whole duration, which includes its first prefill and the tail when few requests "
              "are left, so the per-second peaks lie above the bar.*")
-LATENCY_WIDTHS = ["66px", "62px", "70px", "70px", "56px", "72px", "76px"] + ["82px"] * 9  # wrapped: fits 1280 px
-FORM_FIELDS = 9  # the Load-test form's values, in plan_from_inputs' order
+LATENCY_WIDTHS = ["72px", "62px", "70px", "86px", "56px", "72px", "76px"] + ["80px"] * 9  # fits 1280 px: 1,214
+PAGE_STYLE = """<style>
+.kv-busy {display: flex; align-items: center; gap: 0.6em; font-weight: 600; color: #0b6e69; margin: 2px 0;}
+.kv-spin {width: 14px; height: 14px; border: 3px solid #cdeeed; border-top-color: #17bebb; border-radius: 50%;
+          display: inline-block; animation: kv-spin 0.8s linear infinite;}
+@keyframes kv-spin {to {transform: rotate(360deg);}}
+#latency :is(th, td) *, #runs-table :is(th, td) *, #runs-details :is(th, td) * {word-break: normal;
+    overflow-wrap: normal; hyphens: none;}
+</style>"""  # the busy line's spinner; table cells wrap between words only
 TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
+HIDDEN = {"show_progress": "hidden"}  # an API event whose answer comes at once: no "0.1s" timer over its line
 
 
 class Handlers:
@@ -65,23 +80,27 @@ class Handlers:
         self.host = host
 
     # -- actions -------------------------------------------------------------------------------
-    def start_run(self, *form) -> str:
-        """Start a run from the Load-test form (``_form``'s values); returns the message line."""
+    def start_run(self, *values) -> str:
+        """Start a run from the Load-test form's values (LoadForm's order); returns the message line."""
         try:
-            plan = plan_from_inputs(self.host.config, *form)
+            plan = plan_from_inputs(self.host.config, **vars(LoadForm(*values)))
         except ValueError as exc:
             return f"**Input error:** {exc}"
         started, message = self.host.submit(plan)
         return message if started else f"**Not started:** {message}"
 
-    def estimate(self, *form) -> str:
-        """How long the form's run should take here, learned from stored runs (or the input error, early)."""
+    def estimate(self, *values) -> str:
+        """How long Run would take here, computed from stored runs (or the input error, early); a dead engine of
+        the plan is restarted first, its last start counted."""
         try:
-            plan = plan_from_inputs(self.host.config, *form)
+            plan = plan_from_inputs(self.host.config, **vars(LoadForm(*values)))
         except ValueError as exc:
             return f"**Input error:** {exc}"
+        health = self.host.health()
+        restarts = {name: health[name].get("last_start_s") or 0.0 for name in plan.engines
+                    if name in self.host.dead()}
         return estimate_text(plan, list_summaries(self.host.db_path), self.host.check.model,
-                             self.host.check.memory.device.name)
+                             self.host.check.memory.device.name, restarts)
 
     def clear_error(self, message: str):
         """A changed form makes the last input error stale: the message line drops it (other lines stay)."""
@@ -101,22 +120,29 @@ class Handlers:
         return f"Run {result.id} ended: {result.status}."
 
     def form_now(self) -> list:
-        """The running run's settings, for a browser that opens the page while it goes (else unchanged)."""
+        """The current (or last) run's settings, for a page that opens at any time: the running or last run of
+        this app, else the newest stored one (else the form's defaults stay)."""
         result = self.host.result
-        if result is None or result.status != RunStatus.RUNNING:
-            return [gr.skip()] * FORM_FIELDS
-        load = result.plan.load
-        bound, amount = (BOUND_REQUESTS, load.requests_per_user) if load.requests_per_user else (
-            BOUND_SECONDS, load.duration_s)
-        slo = ",".join(f"{name}={limit:g}" for name, limit in load.slo)
-        return [list(result.plan.engines), ",".join(map(str, load.users)), load.workload, load.output_len or 0,
-                bound, amount, load.repeats, load.rate or 0, slo]
+        if result is not None:
+            form = LoadForm.of_plan(result.plan)
+        elif stored := self.last_stored():
+            form = LoadForm.of_summary(stored)
+        else:
+            return [gr.skip()] * len(fields(LoadForm))
+        form.engines = [name for name in form.engines if name in self.host.engine_names]
+        return parts(form)
+
+    def last_stored(self) -> dict | None:
+        """The newest stored run's summary.json, if any."""
+        stored = list_summaries(self.host.db_path, limit=1)
+        return stored[0] if stored else None
 
     def demo_form(self) -> list:
         """The Workshop demo's form values for this device (the button then presses Run)."""
         preset = workshop_demo(self.host.config)
-        return [list(preset.plan(self.host.config).engines), preset.users, preset.workload, preset.output_len,
-                BOUND_REQUESTS, preset.requests_per_user, 1, 0, ""]
+        return parts(LoadForm(engines=list(preset.plan(self.host.config).engines), users=preset.users,
+                              workload=preset.workload, output_len=preset.output_len, bound=BOUND_REQUESTS,
+                              amount=preset.requests_per_user, repeats=1, rate=0, slo=""))
 
     def connect(self, name: str, url: str, model: str, key: str):
         """Add an OpenAI-compatible server as an engine; returns the answer shown under Connect and the engine
@@ -141,8 +167,9 @@ class Handlers:
         so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error)."""
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
-            plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
-                                    requests_per_user, repeats, rate, slo)
+            plan = plan_from_inputs(self.host.config, engines=names, users=users, workload=workload,
+                                    output_len=output_len, bound=BOUND_REQUESTS, amount=requests_per_user,
+                                    repeats=repeats, rate=rate, slo=slo)
         except ValueError as exc:
             return json.dumps({"error": str(exc)})
         started, message = self.host.submit(plan)
@@ -184,20 +211,34 @@ class Handlers:
         return message if started else f"**Not restarted:** {message}"
 
     def live(self) -> list:
-        """Progress line and the four figures over time of the current run (every change)."""
+        """Progress line and the four figures over time of the current run (every change); before this app's
+        first run, the newest stored run's line (its figures over time are drawn live only)."""
         result = self.host.result
         if result is None:
-            return [progress_text(None)] + [gr.skip()] * 4
-        return list(over_time_view(result))
+            return parts(OverTime(stored_progress(self.last_stored()), *[gr.skip()] * 4))
+        return parts(over_time_view(result))
 
     def per_level_key(self) -> tuple | None:
         """Changes when a level begins or ends (the per-level figures redraw only then)."""
         return per_level_key(self.host.result)
 
     def per_level(self) -> list:
-        """The per-level bars, the ratio and the latency table of the current run."""
+        """The per-level bars, the ratio and the latency table of the current run (before this app's first run,
+        of the newest stored run)."""
         result = self.host.result
-        return [gr.skip()] * 4 if result is None else list(per_level_view(result))
+        if result is not None:
+            return parts(per_level_view(result))
+        stored = self.last_stored()
+        return parts(stored_view(stored) if stored else PerLevel(*[gr.skip()] * 4))
+
+    def busy_key(self) -> str:
+        """Changes when a run, experiment or sweep starts or ends, and with the level a run is at."""
+        return busy_words(self.host.result, self.host.experiment, self.host.sweep)
+
+    def busy(self) -> str:
+        """The busy line at the top of every tab: a spinner and what goes, or nothing (and the page's style)."""
+        words = self.busy_key()
+        return PAGE_STYLE + (f'<div class="kv-busy"><span class="kv-spin"></span>{words}</div>' if words else "")
 
     def buttons_key(self) -> tuple:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
@@ -217,15 +258,20 @@ class Handlers:
         env = self.host.environment()
         return environment_markdown(env), env
 
-    def load_runs(self) -> tuple[pd.DataFrame, Any]:
-        """The stored runs, and the compare dropdown's choices (labelled)."""
+    def load_runs(self) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
+        """The stored runs: what differs between them (when, engines, users, workload, tok/s, ratio, status),
+        the details of each (id, device, model, lengths, estimate), and the compare dropdown's choices."""
         rows = list_runs(self.host.db_path)
-        return pd.DataFrame(rows), gr.update(choices=[(run_label(row), row["run_id"]) for row in rows])
+        table = pd.DataFrame(rows)
+        lead = [c for c in table.columns if c in LEAD_COLUMNS or c.endswith("tok/s") or c in ("vLLM/HF", "status")]
+        details = table.reindex(columns=list(DETAIL_COLUMNS)) if rows else pd.DataFrame(columns=list(DETAIL_COLUMNS))
+        return (table[lead] if rows else pd.DataFrame(columns=list(LEAD_COLUMNS)), details,
+                gr.update(choices=[(run_label(row), row["run_id"]) for row in rows]))
 
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return None, None, None, None, None, None
+            return compare_figure([]), compare_ratio_figure([]), pd.DataFrame(columns=LATENCY_COLUMNS), None, None, None
         try:
             summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
@@ -236,18 +282,34 @@ class Handlers:
 
 
 @dataclass
-class LoadTab:
-    """The Load-test tab's components: the form (in start_run's order), its buttons, what draws live."""
+class EndpointForm:
+    """An OpenAI-compatible server's name, URL, served model and key (Handlers.connect's arguments), the Connect
+    button and its answer."""
 
-    form: list
+    name: gr.Textbox
+    url: gr.Textbox
+    model: gr.Textbox
+    key: gr.Textbox
+    connect: gr.Button
+    answer: gr.Markdown
+
+    def inputs(self) -> list:
+        return [self.name, self.url, self.model, self.key]
+
+
+@dataclass
+class LoadTab:
+    """The Load-test tab's components: the form, its buttons, what draws live."""
+
+    form: LoadForm
     estimate: gr.Markdown
     run: gr.Button
     demo: gr.Button
     cancel: gr.Button
     message: gr.Markdown
-    live: list  # in Handlers.live's order
-    per_level: list  # in Handlers.per_level's order
-    endpoint: list  # name, URL, model, key (Handlers.connect's order), the Connect button and its answer
+    live: OverTime
+    per_level: PerLevel
+    endpoint: EndpointForm
 
 
 @dataclass
@@ -255,9 +317,14 @@ class ResultsTab:
     """The Results tab's components."""
 
     refresh: gr.Button
-    runs: list  # runs table and the compare dropdown, in Handlers.load_runs's order
+    runs: gr.Dataframe  # what differs between runs
+    details: gr.Dataframe  # the rest of each run
     chosen: gr.Dropdown
     compared: list  # in Handlers.compare's order
+
+    def listed(self) -> list:
+        """What Handlers.load_runs fills, in its order."""
+        return [self.runs, self.details, self.chosen]
 
 
 @dataclass
@@ -279,9 +346,11 @@ def build_app(host: Host) -> gr.Blocks:
     """
     handlers = Handlers(host)
     with gr.Blocks(title="KV Lab") as app:
-        gr.Markdown(INTRO)
-        header = [gr.Markdown(host.status_text(), elem_id="load-status"),
-                  gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
+        gr.Markdown(INTRO, elem_id="intro")
+        with gr.Row(equal_height=False):  # the status line and, beside it, the busy line (with the page's style)
+            status = gr.Markdown(host.status_text(), elem_id="load-status")
+            busy = gr.HTML(PAGE_STYLE, elem_id="busy", padding=False)
+        header = [status, gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
         with gr.Tabs():
             load = _load_tab(host)
@@ -293,39 +362,41 @@ def build_app(host: Host) -> gr.Blocks:
         header[2].click(handlers.restart, None, [load.message], api_name="restart")
         buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
-        _wire_timer(handlers, header, load, results, env, buttons)
-        app.load(handlers.load_runs, None, results.runs, api_visibility="private")
+        _wire_timer(handlers, header + [busy], load, results, env, buttons)
+        app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
+        app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
+        app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
-        app.load(handlers.form_now, None, load.form, api_visibility="private").then(
-            handlers.estimate, load.form, [load.estimate], api_visibility="private")
+        app.load(handlers.form_now, None, parts(load.form), **QUIET).then(
+            handlers.estimate, parts(load.form), [load.estimate], **QUIET)
         gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
 
 
 def _load_tab(host: Host) -> LoadTab:
-    """The Load-test tab: the form and its buttons on the left, the story (progress, ratio and per-level
-    bars) beside it, where a 1280x720 screen sees it first; the other live figures below."""
+    """The Load-test tab: Run, its estimate and the form on the left (Run above the fold of a 1280x720 screen), the
+    story (progress, ratio and per-level bars, tok/s over time) beside it; the KV figures and latencies below."""
     with gr.Tab("Load test", id="load"):
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=300):
-                form = _form(host.engine_names)
-                endpoint = _endpoint_form()
                 estimate = gr.Markdown(elem_id="estimate")
                 with gr.Row():
                     run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
                     cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", interactive=False)
+                message = gr.Markdown(elem_id="message")
+                form = _form(host.engine_names)
                 demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
                 gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
-                message = gr.Markdown(elem_id="message")
+                endpoint = _endpoint_form()
             with gr.Column(scale=3):
-                over_time = _story_outputs(host)
-        live = _detail_outputs(*over_time)
-    return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live[:5],
-                   per_level=live[5:], endpoint=endpoint)
+                live, per_level = _story_outputs(host)
+        _detail_outputs(live, per_level)
+    return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live,
+                   per_level=per_level, endpoint=endpoint)
 
 
-def _form(engine_names: tuple[str, ...]) -> list:
-    """Engines, users, workload, output length, bound, amount and repeats (plan_from_inputs' arguments)."""
+def _form(engine_names: tuple[str, ...]) -> LoadForm:
+    """Engines, users, workload, output length, bound, amount and repeats; open loop and SLO folded away."""
     engines = gr.CheckboxGroup(engine_choices(engine_names), value=list(engine_names), label="Engines",
                                elem_id="engines")
     users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
@@ -333,19 +404,22 @@ def _form(engine_names: tuple[str, ...]) -> list:
                            info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()),
                            allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
     output_len = gr.Number(0, label="Output length in tokens (0 = the workload's)", elem_id="output-len")
-    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by")
+    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by",
+                     elem_id="bound")
     with gr.Row():
         amount = gr.Number(2, label="Requests per user / seconds", elem_id="amount", min_width=120)
         repeats = gr.Number(1, label=f"Repeats of each level (1-{MAX_REPEATS})", elem_id="repeats", min_width=120)
-    with gr.Row():
-        rate = gr.Number(0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
-                         info="Poisson arrivals; users then cap what is in flight")
-        slo = gr.Textbox("", label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
-                         min_width=120)
-    return [engines, users, workload, output_len, bound, amount, repeats, rate, slo]
+    with gr.Accordion("Open loop and SLO (closed loop, no SLO by default)", open=False, elem_id="more-options"):
+        with gr.Row():
+            rate = gr.Number(0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
+                             info="Poisson arrivals; users then cap what is in flight")
+            slo = gr.Textbox("", label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
+                             min_width=120)
+    return LoadForm(engines=engines, users=users, workload=workload, output_len=output_len, bound=bound,
+                    amount=amount, repeats=repeats, rate=rate, slo=slo)
 
 
-def _endpoint_form() -> list:
+def _endpoint_form() -> EndpointForm:
     """Name, URL, served model and key of an OpenAI-compatible server, the Connect button and, beside it, its
     answer (connected, or why not)."""
     with gr.Accordion("Add an endpoint: an OpenAI-compatible server (vLLM's, transformers', remote)", open=False):
@@ -360,49 +434,59 @@ def _endpoint_form() -> list:
         with gr.Row():
             connect = gr.Button("Connect", elem_id="connect", size="sm", scale=0, min_width=100)
             answer = gr.Markdown("", elem_id="endpoint-status")
-    return [name, url, model, key, connect, answer]
+    return EndpointForm(name=name, url=url, model=model, key=key, connect=connect, answer=answer)
 
 
-def _story_outputs(host: Host) -> tuple:
-    """The progress line, then the story: how much faster (ratio), the speeds it divides, and how
-    they went over time."""
+def _story_outputs(host: Host) -> tuple[OverTime, PerLevel]:
+    """The progress line, then the story: how much faster (ratio), the speeds it divides, and how they went over
+    time (the KV figures and the latency table are filled in by _detail_outputs)."""
     progress = gr.Markdown(progress_text(host.result), elem_id="progress")
     with gr.Row():
-        ratio = gr.Plot(label="Improvement ratio vLLM/HF", elem_id="plot-ratio")
-        bars = gr.Plot(label="Output tok/s per user level", elem_id="plot-bars")
+        ratio = _plot("Improvement ratio vLLM/HF", "plot-ratio", "ratio")
+        bars = _plot("Output tok/s per user level", "plot-bars", "bars")
     with gr.Row():
-        throughput = gr.Plot(label="Output tok/s over time", elem_id="plot-throughput")
-        queue = gr.Plot(label="Running / waiting", elem_id="plot-queue")
+        throughput = _plot("Output tok/s over time", "plot-throughput", "throughput")
+        queue = _plot("Running / waiting", "plot-queue", "queue")
     caption = gr.Markdown("", elem_id="ratio-caption")
     gr.Markdown(PEAK_NOTE, elem_id="peak-note")
-    return progress, ratio, bars, throughput, queue, caption
+    return (OverTime(progress=progress, throughput=throughput, queue=queue, vllm_kv=None, kv_tokens=None),
+            PerLevel(bars=bars, ratio=ratio, latency=None, caption=caption))
 
 
-def _detail_outputs(progress, ratio, bars, throughput, queue, caption) -> list:
-    """The KV charts and the latency table under the form, with the story's figures in Handlers.live's order."""
+def _plot(label: str, elem_id: str, what: str) -> gr.Plot:
+    """A live figure, first drawn as its empty state: what will appear there."""
+    return gr.Plot(empty_figure(label, EMPTY_WORDS[what]), label=label, elem_id=elem_id)
+
+
+def _detail_outputs(live: OverTime, per_level: PerLevel) -> None:
+    """The KV charts and the latency table under the form and the story."""
     with gr.Row():
-        vllm_kv = gr.Plot(label="vLLM KV blocks", elem_id="plot-vllm-kv")
-        kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
-    latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and user level",
-                           elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
-    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency, caption]  # live, then per level
+        live.vllm_kv = _plot("vLLM KV blocks", "plot-vllm-kv", "vllm_kv")
+        live.kv_tokens = _plot("KV cache of both engines, in tokens", "plot-kv-tokens", "kv_tokens")
+    per_level.latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and "
+                                     "user level", elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
 
 
 def _results_tab() -> ResultsTab:
-    """The Results tab: past runs, a multi-select to compare them, the first one's files."""
+    """The Results tab: past runs (what differs between them; the rest under Details), a multi-select to
+    compare them, the first one's files."""
     with gr.Tab("Results", id="results"):
-        refresh = gr.Button("Refresh")
-        runs_table = gr.Dataframe(label="Past runs (stored as they finish, partial ones too)", elem_id="runs-table")
+        refresh = gr.Button("Refresh", size="sm")
+        runs_table = gr.Dataframe(label="Past runs (stored as they finish, partial ones too): tok/s and ratio at "
+                                  "the top user level measured", elem_id="runs-table", wrap=False)
+        with gr.Accordion("Details of each run (id, device, model, lengths, the estimate it was given)", open=False):
+            details = gr.Dataframe(elem_id="runs-details", wrap=False)
         chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)",
                              allow_custom_value=True)  # an id it does not list: the store's "no such run"
         with gr.Row():
-            compare_plot, compare_ratio = gr.Plot(label="tok/s compared"), gr.Plot(label="ratio compared")
-        compare_table = gr.Dataframe(label="Latency (ms) of the first chosen run", column_widths=LATENCY_WIDTHS,
-                                     wrap=True)
+            compare_plot = gr.Plot(compare_figure([]), label="tok/s compared")
+            compare_ratio = gr.Plot(compare_ratio_figure([]), label="ratio compared")
+        compare_table = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) of the first chosen "
+                                     "run", column_widths=LATENCY_WIDTHS, wrap=True)
         args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
-    return ResultsTab(refresh=refresh, runs=[runs_table, chosen], chosen=chosen,
+    return ResultsTab(refresh=refresh, runs=runs_table, details=details, chosen=chosen,
                       compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file])
 
 
@@ -418,14 +502,18 @@ def _environment_tab() -> EnvironmentTab:
 def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
                 buttons: tuple[list, list]) -> None:
     """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
-    (``buttons``: the start buttons and the Cancel buttons of every tab)."""
+    (``header``: the status line, the agreement warning, Restart and the busy line; ``buttons``: the start
+    buttons and the Cancel buttons of every tab)."""
     starts, stops = buttons
+    form = parts(load.form)
     groups = [
-        (handlers.status_key, handlers.status_lines, header),
-        (handlers.live_key, handlers.live, load.live),
-        (handlers.per_level_key, handlers.per_level, load.per_level),
-        (handlers.finished_key, handlers.load_runs, results.runs),
+        (handlers.status_key, handlers.status_lines, header[:3]),
+        (handlers.busy_key, handlers.busy, header[3:]),
+        (handlers.live_key, handlers.live, parts(load.live)),
+        (handlers.per_level_key, handlers.per_level, parts(load.per_level)),
+        (handlers.finished_key, handlers.load_runs, results.listed()),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
+        (handlers.finished_key, handlers.estimate, [load.estimate], form),  # what the run just taught
         (handlers.ready_key, handlers.environment, env.shown),
         (handlers.buttons_key, partial(handlers.buttons, len(starts), len(stops)), starts + stops),
     ]
@@ -434,17 +522,19 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
-    load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run").then(
-        handlers.progress_now, None, [load.live[0]], **QUIET)
-    for component in load.form:
-        component.change(handlers.estimate, load.form, [load.estimate], api_visibility="private", queue=False)
-        component.change(handlers.clear_error, [load.message], [load.message], api_visibility="private", queue=False)
-    load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
-        handlers.start_run, load.form, [load.message], api_visibility="private").then(
-        handlers.progress_now, None, [load.live[0]], **QUIET)
-    load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
-    load.endpoint[4].click(handlers.connect, load.endpoint[:4], [load.endpoint[5], load.form[0]],
+    form = parts(load.form)
+    load.run.click(handlers.start_run, form, [load.message], api_name="start_run", **HIDDEN).then(
+        handlers.progress_now, None, [load.live.progress], **QUIET)
+    for component in form:
+        component.change(handlers.estimate, form, [load.estimate], queue=False, **QUIET)
+        component.change(handlers.clear_error, [load.message], [load.message], queue=False, **QUIET)
+    load.demo.click(handlers.demo_form, None, form, **QUIET).then(
+        handlers.start_run, form, [load.message], **QUIET).then(
+        handlers.progress_now, None, [load.live.progress], **QUIET)
+    load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel", **HIDDEN)
+    endpoint = load.endpoint
+    endpoint.connect.click(handlers.connect, endpoint.inputs(), [endpoint.answer, load.form.engines],
                            api_visibility="private")  # a page-only action: no API that points the host anywhere
-    results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
+    results.refresh.click(handlers.load_runs, None, results.listed(), api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
     env.refresh.click(handlers.environment, None, env.shown, api_name="environment")

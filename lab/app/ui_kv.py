@@ -159,7 +159,8 @@ def _layout() -> KvTab:
                             scale=1)
     hint = gr.Markdown(params_hint(DEFAULT_EXPERIMENT), elem_id="kv-params-hint")
     run, cancel, message, progress = run_cancel_lines("kv", NO_EXPERIMENT)
-    live = gr.Plot(label="KV blocks, live (vLLM's pool per request, or HF's slab while HF runs)", elem_id="kv-live")
+    live = gr.Plot(live_blocks_figure(None), label="KV blocks, live (vLLM's pool per request, or HF's slab while HF "
+                   "runs)", elem_id="kv-live")
     with gr.Row():
         figure = gr.Plot(label="The experiment's figure", elem_id="kv-figure")
         fields = gr.JSON(label="Measured (experiment.json without its series)", elem_id="kv-fields",
@@ -170,9 +171,10 @@ def _layout() -> KvTab:
 
 def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict) -> None:
     """Buttons and the dropdown; then a timer whose keys gate the live picture and the result."""
-    tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private")
-    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment")
-    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment")
+    tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private", show_progress="hidden")
+    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment",
+                 show_progress="hidden")
+    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment", show_progress="hidden")
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
               (handlers.result_key, handlers.result_view, tab.result)]
     redraw_on_change(groups, tick_s, quiet)

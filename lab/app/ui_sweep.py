@@ -147,7 +147,7 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
         cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel", interactive=False)
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
-    figure = gr.Plot(label="Measured against the knob", elem_id="sweep-figure")
+    figure = gr.Plot(sweep_figure({}), label="Measured against the knob", elem_id="sweep-figure")
     table = gr.Dataframe(label="One row per finished value (as sweep.csv)", elem_id="sweep-points")
     stored = gr.Dataframe(label="Stored sweeps (kept as each value finishes, partial ones too)",
                           elem_id="sweep-stored")
@@ -162,9 +162,10 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
 
 def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) -> None:
     """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
-    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private")
-    tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep")
-    tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep")
+    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private",
+                    show_progress="hidden")
+    tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep", show_progress="hidden")
+    tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep", show_progress="hidden")
     tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
               (handlers.points_key, handlers.points, tab.points),

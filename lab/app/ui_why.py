@@ -141,8 +141,8 @@ def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
             stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    run.click(handlers.start, [preset, repeats, rungs], [message], api_name="start_ladder")
-    cancel.click(handlers.cancel, None, [message], api_name="cancel_ladder")
+    run.click(handlers.start, [preset, repeats, rungs], [message], api_name="start_ladder", show_progress="hidden")
+    cancel.click(handlers.cancel, None, [message], api_name="cancel_ladder", show_progress="hidden")
     refresh.click(handlers.stored, None, [stored], api_visibility="private")
     stored.change(handlers.show_stored, [stored], [figure, caption, factors], api_visibility="private")
     redraw_on_change([(handlers.result_key, handlers.result_view, tab.result),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.config import LoadConfig, RunPlan
-from lab.estimate import level_output_tokens
+from lab.estimate import planned_outputs
 from lab.experiments import ended
 
 WORKLOADS = ("prefill", "decode")
@@ -44,7 +44,7 @@ def check(params: Params, config) -> None:
     """Both presets' longest requests must fit max_model_len (RunPlan's rule); the output tokens asked of each
     engine stay within MAX_TOKENS."""
     plans = params.plans(config)
-    asked = sum(level_output_tokens(plan, users) for plan in plans for users in params.users)
+    asked = sum(sum(planned_outputs(plan.load, users)) for plan in plans for users in params.users)
     if asked > MAX_TOKENS:
         raise ValueError(f"phases at users={','.join(map(str, params.users))} asks each engine for {asked:,} output "
                          f"tokens, past the limit of {MAX_TOKENS:,} (minutes per engine on a small CPU): give fewer "
