@@ -41,6 +41,8 @@ FLAGS = {
                           help="vLLM without CUDA graphs / compile (always on for CPU)"),
     "cpu_attention": dict(choices=CPU_ATTENTION,
                           help="vLLM's CPU attention kernel: auto = vec on AMX CPUs in bf16 (AMX gave wrong text)"),
+    "enable_prefix_caching": dict(action=argparse.BooleanOptionalAction,
+                                  help="vLLM's prefix cache (--no-enable-prefix-caching: every prompt computed whole)"),
     "hf_max_batch_size": dict(type=whole_arg, help="HF's static batch cap"),
     "hf_cudnn_sdp": dict(action="store_true", help="keep PyTorch's cuDNN attention for HF (naive CUDA default)"),
 }
