@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="measured requests per user (default 2)")
     bound.add_argument("--duration", type=number_arg, default=None, help="seconds per level instead of a count")
     bench.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
+    bench.add_argument("--think-time", type=number_arg, default=1.0,
+                       help="chat workload: a user's pause in seconds between a reply and its next turn (default 1)")
     bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
     bench.add_argument("--warmup", type=whole_arg, default=2, help="unmeasured warm-up requests per engine")
     bench.add_argument("--seed", type=whole_arg, default=0)
@@ -212,6 +214,7 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
         warmup_requests=args.warmup, seed=args.seed, repeats=args.repeats,
         max_users=args.max_users, max_requests=args.max_requests,
         rate=args.rate, arrival=args.arrival, burstiness=args.burstiness, slo=parse_slo(args.slo),
+        think_s=args.think_time,
     )
     return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
 
@@ -250,7 +253,9 @@ def ms(value: float | None) -> str:
 
 
 def format_table(result) -> str:
-    """The run as a plain-text table: one row per engine and level, then the ratios."""
+    """The run as a plain-text table: one row per engine and level, then the ratios (and a chat run's turns)."""
+    from lab.runs import summary_dict
+
     load = result.plan.load
     width = max([6] + [len(name) for name in result.plan.engines])
     head = (f"{'engine':<{width}} {'users':>5} {'rep':>3} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
@@ -278,7 +283,24 @@ def format_table(result) -> str:
             found = spreads.get(users)
             between = f" (repeats: {found.low:.2f}-{found.high:.2f}x, n={found.n})" if found and found.n > 1 else ""
             lines.append(f"{short_name(top)}/{short_name(base)} output tok/s at {users} users: {ratio:.2f}x{between}")
-    return "\n".join(lines)
+    return "\n".join(lines + turn_lines(summary_dict(result)))
+
+
+def turn_lines(summary: dict) -> list[str]:
+    """A chat run's per-turn table (prompt, prefix-cache hits, TTFT per turn number) and its computed sentences."""
+    from lab.sentences import chat_answer
+
+    rows = summary.get("turns") or []
+    if not rows:
+        return []
+    head = f"{'engine':<12} {'users':>5} {'turn':>4} {'done':>5} {'prompt':>7} {'cached':>7} {'TTFT p50':>9}"
+    lines = ["", "per turn (the prompt re-sends the history):", head, "-" * len(head)]
+    for row in rows:
+        hit = row["prefix_hit_rate"]
+        lines.append(f"{row['engine']:<12} {row['users']:>5} {row['turn']:>4} {row['requests']:>5} "
+                     f"{row['prompt_tokens_mean']:>7.0f} {f'{hit:.0%}' if hit is not None else '-':>7} "
+                     f"{ms(row['ttft_p50_s']):>9}")
+    return lines + chat_answer(summary)
 
 
 def short_name(engine: str) -> str:

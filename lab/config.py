@@ -29,6 +29,7 @@ SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metr
 MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
 MAX_LEVEL_S = 3600.0  # seconds one time-bounded level may last: an hour per level, engine and repeat is already
 #                       a long sitting on a 2-core CPU; past it a typo (100000 for 100) would hold the lab for days
+MAX_THINK_S = 600.0  # a chat user's pause between turns: ten minutes is already a user who left
 MAX_BATCH = MAX_USERS  # HF's static batch cap: a batch wider than the most users a level may have never fills
 WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: '１' or '٣' is text, not a number someone meant to type
 DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -267,6 +268,8 @@ class LoadConfig:
         burstiness: The gamma process's shape (< 1 burstier than Poisson, > 1 more even).
         slo: Latency targets, e.g. (("ttft", 0.5), ("tpot", 0.05)): goodput counts the requests that meet
             all of them, per second.
+        think_s: The chat workload: a user's pause between a reply and its next turn. 1 s: a reader's glance,
+            short enough that a 4-turn conversation on a 2-core CPU adds seconds, not minutes; 0 sends at once.
     """
 
     users: tuple[int, ...] = DEFAULT_USERS
@@ -284,6 +287,7 @@ class LoadConfig:
     arrival: str = "poisson"
     burstiness: float = 1.0
     slo: tuple[tuple[str, float], ...] = ()
+    think_s: float = 1.0
 
     def __post_init__(self) -> None:
         from lab.load.workloads import WORKLOADS
@@ -312,6 +316,17 @@ class LoadConfig:
                              f"requests, past the limit of {self.max_requests} per level (`--max-requests` raises it)")
         if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
+        self.check_chat()
+
+    def check_chat(self) -> None:
+        """The chat workload's rules: closed loop only, a think time from 0 to MAX_THINK_S."""
+        if not 0 <= self.think_s <= MAX_THINK_S:
+            raise ValueError(f"think time (--think-time) must be from 0 to {MAX_THINK_S:g} seconds between turns, "
+                             f"not {self.think_s:g}")
+        if self.workload == "chat" and self.rate is not None:
+            raise ValueError(f"the chat workload is closed-loop (each user holds a conversation and sends its next "
+                             f"turn after the reply), so an open-loop rate ({self.rate:g}/s) has no meaning: drop "
+                             f"the rate, or use the sharegpt workload for open-loop ShareGPT lengths")
 
     def check_open_loop(self) -> None:
         """Rate, arrival process, burstiness and SLO names and limits."""

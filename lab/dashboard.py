@@ -28,10 +28,11 @@ from lab.plots import (
     ratio_bars,
     throughput_figure,
     tok_s_bars,
+    turn_ttft_figure,
     vllm_kv_figure,
 )
 from lab.runs import RUNNING, RunResult, summary_dict
-from lab.sentences import ratio_caption
+from lab.sentences import chat_answer, ratio_caption
 from lab.status import RequestStatus
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
@@ -109,14 +110,15 @@ class LiveView:
     queue: Any
     latency: Any
     caption: str = ""
+    turns: Any = None
 
 
 def live_view(result: RunResult) -> LiveView:
     """Figures and table of a live or finished run (the same functions the notebooks use)."""
     progress, throughput, queue, vllm_kv, kv_tokens = over_time_view(result)
-    bars, ratio, latency, caption = per_level_view(result)
+    bars, ratio, latency, caption, turns = per_level_view(result)
     return LiveView(progress=progress, throughput=throughput, tok_s_bars=bars, ratio=ratio, vllm_kv=vllm_kv,
-                    kv_tokens=kv_tokens, queue=queue, latency=latency, caption=caption)
+                    kv_tokens=kv_tokens, queue=queue, latency=latency, caption=caption, turns=turns)
 
 
 def over_time_view(result: RunResult) -> tuple:
@@ -126,10 +128,11 @@ def over_time_view(result: RunResult) -> tuple:
 
 
 def per_level_view(result: RunResult) -> tuple:
-    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table and the
-    ratio's computed caption."""
+    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table, the
+    ratio's computed caption (with a chat run's per-turn sentences) and the TTFT per turn."""
     summary = summary_dict(result)
-    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary), ratio_caption(summary)
+    caption = " ".join([ratio_caption(summary), *chat_answer(summary)]).strip()
+    return tok_s_bars(summary), ratio_bars(summary), latency_table(summary), caption, turn_ttft_figure(summary)
 
 
 def per_level_key(result: RunResult | None) -> tuple | None:

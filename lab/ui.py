@@ -195,7 +195,7 @@ class Handlers:
     def per_level(self) -> list:
         """The per-level bars, the ratio and the latency table of the current run."""
         result = self.host.result
-        return [gr.skip()] * 4 if result is None else list(per_level_view(result))
+        return [gr.skip()] * 5 if result is None else list(per_level_view(result))
 
     def buttons_key(self) -> tuple:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
@@ -382,7 +382,8 @@ def _detail_outputs(progress, ratio, bars, throughput, queue, caption) -> list:
         kv_tokens = gr.Plot(label="KV cache of both engines, in tokens", elem_id="plot-kv-tokens")
     latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and user level",
                            elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
-    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency, caption]  # live, then per level
+    turns = gr.Plot(label="TTFT per turn (chat workload)", elem_id="plot-turns")
+    return [progress, throughput, queue, vllm_kv, kv_tokens, bars, ratio, latency, caption, turns]  # live, per level
 
 
 def _results_tab() -> ResultsTab:
