@@ -20,6 +20,9 @@ also when it fails or is interrupted; exit codes as for bench.
 
 restarts the knob's engine once per value and runs the same seeded requests on it; writes
 DIR/sweep.json and DIR/sweep.csv (finished values kept on failure or Ctrl-C); exit codes as for bench.
+    python -m lab report RUN_DIR_OR_ID --out report.html
+
+writes one self-contained HTML file of a run (its figures, tables, agreement, engine args, device, spread).
 vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
@@ -145,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
     serve.add_argument("--port", type=whole_arg, default=8000, help="port on 127.0.0.1 (0: any free one)")
     add_engine_args(serve)
+    report = sub.add_parser("report", help="one self-contained HTML file of a run (opens with no network)")
+    report.add_argument("run", metavar="RUN_DIR_OR_ID", help="a folder bench wrote, or a stored run's id")
+    report.add_argument("--out", default="report.html", help="the HTML file to write")
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     env.add_argument("--engines", default=",".join(DEFAULT_ENGINES))
@@ -579,6 +585,19 @@ def run_serve(args: argparse.Namespace) -> int:
         stop(server)
 
 
+def run_report(args: argparse.Namespace) -> int:
+    """Write a run's HTML report; an unknown id or folder is bad input (exit 2)."""
+    from lab.report import write_report
+
+    try:
+        path = write_report(args.run, args.out)
+    except KeyError as exc:
+        raise ValueError(f"{exc.args[0]} (give a folder holding summary.json, or a run id from the Results "
+                         f"tab)") from None
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
@@ -591,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
                 "explain": run_explain,
-                "sweep": run_sweep_cli, "serve": run_serve}
+                "sweep": run_sweep_cli, "serve": run_serve, "report": run_report}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

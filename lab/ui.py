@@ -35,6 +35,7 @@ from lab.host import EngineHealth, LabHost
 from lab.load.workloads import WORKLOADS
 from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
 from lab.presets import workshop_demo
+from lab.report import write_report
 from lab.runs import RUNNING, summary_dict
 from lab.store import export_run, list_runs, list_summaries, load_summary, run_label
 from lab.ui_kv import build_kv_tab
@@ -223,14 +224,15 @@ class Handlers:
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         try:
             summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
             raise gr.Error(exc.args[0]) from None
         paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
+        report = write_report(str(paths["summary"].parent), paths["summary"].parent / f"report-{run_ids[0]}.html")
         return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
-                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]))
+                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]), str(report))
 
 
 @dataclass
@@ -400,8 +402,9 @@ def _results_tab() -> ResultsTab:
         args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
+        report = gr.DownloadButton("Download report (one HTML file, opens offline)", elem_id="download-report")
     return ResultsTab(refresh=refresh, runs=[runs_table, chosen], chosen=chosen,
-                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file])
+                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file, report])
 
 
 def _environment_tab() -> EnvironmentTab:
