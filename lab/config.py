@@ -393,6 +393,8 @@ class RunPlan:
         from lab.load.workloads import longest_request
 
         load, limit = self.load, self.engine.max_model_len
+        if load.workload == "chat":
+            return self.check_chat_lengths()
         prompt, output = longest_request(load.workload, load.output_len)
         if prompt + output > limit:
             what = "output_len" if load.output_len is not None else "the workload's longest output"
@@ -401,6 +403,20 @@ class RunPlan:
                 f"{prompt + output} tokens, past max_model_len {limit}: use an output length of at most "
                 f"{max(1, limit - prompt)} or a larger max_model_len"
             )
+
+
+    def check_chat_lengths(self) -> None:
+        """A chat conversation ends where its next turn would not fit max_model_len, so only its first turn must:
+        the shortest first message with the shortest (or the forced) reply."""
+        from lab.load.chat import shortest_first_turn
+
+        user, reply = shortest_first_turn(self.load.output_len)
+        limit = self.engine.max_model_len
+        if user + reply > limit:
+            what = "output_len" if self.load.output_len is not None else "the shortest reply"
+            raise ValueError(f"{what} {reply} tokens + the 'chat' workload's shortest first message {user} tokens = "
+                             f"{user + reply} tokens, past max_model_len {limit}: no conversation could start; use "
+                             f"an output length of at most {max(1, limit - user - 1)} or a larger max_model_len")
 
 
 def parse_users(text: str) -> tuple[int, ...]:

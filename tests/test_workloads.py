@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from lab.config import LoadConfig, RunPlan
+from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
 from lab.load.chat import chat_streams
 from lab.load.driver import run_users
@@ -101,3 +101,6 @@ def test_chat_refuses_an_open_loop_rate_and_a_negative_think_time():
         LoadConfig(workload="chat", rate=2.0)
     with pytest.raises(ValueError, match="think time"):
         LoadConfig(workload="chat", think_s=-1)
+    with pytest.raises(ValueError, match="no conversation could start"):
+        RunPlan(load=LoadConfig(workload="chat", output_len=40), engine=EngineConfig(max_model_len=16))
+    RunPlan(load=LoadConfig(workload="chat", output_len=4), engine=EngineConfig(max_model_len=1024))  # ends early

@@ -30,6 +30,11 @@ def multi_turn() -> tuple[tuple[tuple[int, int], ...], ...]:
     return tuple(c for c in conversations() if len(c) >= MIN_TURNS)
 
 
+def shortest_first_turn(output_len: int | None = None) -> tuple[int, int]:
+    """The fewest tokens a conversation's first turn can have: (user message, reply), the chat template aside."""
+    return min((c[0][0], output_len if output_len is not None else c[0][1]) for c in multi_turn())
+
+
 def render(tokenizer, messages: list[tuple[str, str]]) -> str:
     """The prompt text of a conversation so far, ending where the assistant answers (the model's chat template;
     'role: text' lines for a tokenizer without one)."""
