@@ -73,7 +73,7 @@ def facts(summary: dict) -> str:
 def sentences(summary: dict) -> str:
     """The lab's computed sentences about this run (the ratio caption, a chat run's turns)."""
     said = [ratio_caption(summary), *chat_answer(summary)]
-    return "".join(f"<p>{esc(line)}</p>" for line in said if line)
+    return "".join(f"<p>{esc(line.replace('**', ''))}</p>" for line in said if line)  # the page's bold marks
 
 
 def lengths_figure(requests: pd.DataFrame) -> go.Figure:

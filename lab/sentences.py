@@ -385,10 +385,12 @@ def _turn_line(engine: str, users: int, rows: list[dict], block: int | None) -> 
                        f"prompt tokens again at turn {last['turn']}.")
     if hit > (first["prefix_hit_rate"] or 0):
         return said + (f"Its prefix cache served {hit:.0%} of turn {last['turn']}'s prompt tokens (against "
-                       f"{first['prefix_hit_rate']:.0%} at turn {first['turn']}): the history was computed once.")
+                       f"{first['prefix_hit_rate']:.0%} at turn {first['turn']}): the history's whole blocks were not "
+                       f"computed again.")
     said += f"Its prefix cache served {hit:.0%} of turn {last['turn']}'s prompt tokens, no more than at turn "
     said += f"{first['turn']}: "
-    if block and before["prompt_tokens_mean"] < block:
-        return said + (f"it keeps whole blocks of {block} tokens only, and turn {before['turn']}'s prompts "
-                       f"({before['prompt_tokens_mean']:.0f} tokens on average) filled few or none.")
+    if block:
+        return said + (f"it keeps whole blocks of {block} tokens only, so a turn whose history held less than a "
+                       f"block (turn {before['turn']}'s prompts averaged {before['prompt_tokens_mean']:.0f} tokens), "
+                       f"or whose blocks were evicted, computed it again.")
     return said + "the history was computed again (prefix caching off, or its blocks evicted)."
