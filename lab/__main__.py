@@ -20,6 +20,9 @@ also when it fails or is interrupted; exit codes as for bench.
 
 restarts the knob's engine once per value and runs the same seeded requests on it; writes
 DIR/sweep.json and DIR/sweep.csv (finished values kept on failure or Ctrl-C); exit codes as for bench.
+    python -m lab report RUN_DIR_OR_ID --out report.html
+
+writes one self-contained HTML file of a run (its figures, tables, agreement, engine args, device, spread).
 vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
@@ -79,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="measured requests per user (default 2)")
     bound.add_argument("--duration", type=number_arg, default=None, help="seconds per level instead of a count")
     bench.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
+    bench.add_argument("--think-time", type=number_arg, default=1.0,
+                       help="chat workload: a user's pause in seconds between a reply and its next turn (default 1)")
     bench.add_argument("--no-exact", action="store_true", help="let requests stop at EOS")
     bench.add_argument("--warmup", type=whole_arg, default=2, help="unmeasured warm-up requests per engine")
     bench.add_argument("--seed", type=whole_arg, default=0)
@@ -125,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
     serve.add_argument("--port", type=whole_arg, default=8000, help="port on 127.0.0.1 (0: any free one)")
     add_engine_args(serve)
+    report = sub.add_parser("report", help="one self-contained HTML file of a run (opens with no network)")
+    report.add_argument("run", metavar="RUN_DIR_OR_ID", help="a folder bench wrote, or a stored run's id")
+    report.add_argument("--out", default="report.html", help="the HTML file to write")
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     add_engines_arg(env)
@@ -151,6 +159,7 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
         warmup_requests=args.warmup, seed=args.seed, repeats=args.repeats,
         max_users=args.max_users, max_requests=args.max_requests,
         rate=args.rate, arrival=args.arrival, burstiness=args.burstiness, slo=parse_slo(args.slo),
+        think_s=args.think_time,
     )
     return RunPlan(engines=engines, load=load, engine=engine_config_from(args))
 
@@ -189,7 +198,9 @@ def ms(value: float | None) -> str:
 
 
 def format_table(result) -> str:
-    """The run as a plain-text table: one row per engine and level, then the ratios."""
+    """The run as a plain-text table: one row per engine and level, then the ratios (and a chat run's turns)."""
+    from lab.runs import summary_dict
+
     load = result.plan.load
     width = max([6] + [len(name) for name in result.plan.engines])
     head = (f"{'engine':<{width}} {'users':>5} {'rep':>3} {'done':>5} {'err':>4} {'out tok/s':>10} {'TTFT p50':>9} "
@@ -217,7 +228,24 @@ def format_table(result) -> str:
             found = spreads.get(users)
             between = f" (repeats: {found.low:.2f}-{found.high:.2f}x, n={found.n})" if found and found.n > 1 else ""
             lines.append(f"{short_name(top)}/{short_name(base)} output tok/s at {users} users: {ratio:.2f}x{between}")
-    return "\n".join(lines)
+    return "\n".join(lines + turn_lines(summary_dict(result)))
+
+
+def turn_lines(summary: dict) -> list[str]:
+    """A chat run's per-turn table (prompt, prefix-cache hits, TTFT per turn number) and its computed sentences."""
+    from lab.sentences import chat_answer
+
+    rows = summary.get("turns") or []
+    if not rows:
+        return []
+    head = f"{'engine':<12} {'users':>5} {'turn':>4} {'done':>5} {'prompt':>7} {'cached':>7} {'TTFT p50':>9}"
+    lines = ["", "per turn (the prompt re-sends the history):", head, "-" * len(head)]
+    for row in rows:
+        hit = row["prefix_hit_rate"]
+        lines.append(f"{row['engine']:<12} {row['users']:>5} {row['turn']:>4} {row['requests']:>5} "
+                     f"{row['prompt_tokens_mean']:>7.0f} {f'{hit:.0%}' if hit is not None else '-':>7} "
+                     f"{ms(row['ttft_p50_s']):>9}")
+    return lines + chat_answer(summary)
 
 
 def short_name(engine: str) -> str:
@@ -493,6 +521,19 @@ def run_serve(args: argparse.Namespace) -> int:
         stop(server)
 
 
+def run_report(args: argparse.Namespace) -> int:
+    """Write a run's HTML report; an unknown id or folder is bad input (exit 2)."""
+    from lab.report import write_report
+
+    try:
+        path = write_report(args.run, args.out)
+    except KeyError as exc:
+        raise ValueError(f"{exc.args[0]} (give a folder holding summary.json, or a run id from the Results "
+                         f"tab)") from None
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failed, cancelled or disagreeing, 2 bad input)."""
     args = build_parser().parse_args(argv)
@@ -505,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
                 "explain": run_explain,
-                "sweep": run_sweep_cli, "serve": run_serve}
+                "sweep": run_sweep_cli, "serve": run_serve, "report": run_report}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

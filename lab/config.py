@@ -29,6 +29,7 @@ SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metr
 MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
 MAX_LEVEL_S = 3600.0  # seconds one time-bounded level may last: an hour per level, engine and repeat is already
 #                       a long sitting on a 2-core CPU; past it a typo (100000 for 100) would hold the lab for days
+MAX_THINK_S = 600.0  # a chat user's pause between turns: ten minutes is already a user who left
 MAX_BATCH = MAX_USERS  # HF's static batch cap: a batch wider than the most users a level may have never fills
 WHOLE = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: '１' or '٣' is text, not a number someone meant to type
 DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
@@ -267,6 +268,8 @@ class LoadConfig:
         burstiness: The gamma process's shape (< 1 burstier than Poisson, > 1 more even).
         slo: Latency targets, e.g. (("ttft", 0.5), ("tpot", 0.05)): goodput counts the requests that meet
             all of them, per second.
+        think_s: The chat workload: a user's pause between a reply and its next turn. 1 s: a reader's glance,
+            short enough that a 4-turn conversation on a 2-core CPU adds seconds, not minutes; 0 sends at once.
     """
 
     users: tuple[int, ...] = DEFAULT_USERS
@@ -284,6 +287,7 @@ class LoadConfig:
     arrival: str = "poisson"
     burstiness: float = 1.0
     slo: tuple[tuple[str, float], ...] = ()
+    think_s: float = 1.0
 
     def __post_init__(self) -> None:
         self.check_open_loop()
@@ -310,6 +314,17 @@ class LoadConfig:
                              f"requests, past the limit of {self.max_requests} per level (`--max-requests` raises it)")
         if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
+        self.check_chat()
+
+    def check_chat(self) -> None:
+        """The chat workload's rules: closed loop only, a think time from 0 to MAX_THINK_S."""
+        if not 0 <= self.think_s <= MAX_THINK_S:
+            raise ValueError(f"think time (--think-time) must be from 0 to {MAX_THINK_S:g} seconds between turns, "
+                             f"not {self.think_s:g}")
+        if self.workload == "chat" and self.rate is not None:
+            raise ValueError(f"the chat workload is closed-loop (each user holds a conversation and sends its next "
+                             f"turn after the reply), so an open-loop rate ({self.rate:g}/s) has no meaning: drop "
+                             f"the rate, or use the sharegpt workload for open-loop ShareGPT lengths")
 
     def check_open_loop(self) -> None:
         """Rate, arrival process, burstiness and SLO names and limits."""
@@ -372,6 +387,8 @@ class RunPlan:
     def check_lengths(self) -> None:
         """The max_model_len wall, checked for the workload's longest request before anything loads."""
         load, limit = self.load, self.engine.max_model_len
+        if load.workload == "chat":
+            return self.check_chat_lengths()
         prompt, output = longest_request(load.workload, load.output_len)
         if prompt + output > limit:
             what = "output_len" if load.output_len is not None else "the workload's longest output"
@@ -380,6 +397,20 @@ class RunPlan:
                 f"{prompt + output} tokens, past max_model_len {limit}: use an output length of at most "
                 f"{max(1, limit - prompt)} or a larger max_model_len"
             )
+
+
+    def check_chat_lengths(self) -> None:
+        """A chat conversation ends where its next turn would not fit max_model_len, so only its first turn must:
+        the shortest first message with the shortest (or the forced) reply."""
+        from lab.load.chat import shortest_first_turn
+
+        user, reply = shortest_first_turn(self.load.output_len)
+        limit = self.engine.max_model_len
+        if user + reply > limit:
+            what = "output_len" if self.load.output_len is not None else "the shortest reply"
+            raise ValueError(f"{what} {reply} tokens + the 'chat' workload's shortest first message {user} tokens = "
+                             f"{user + reply} tokens, past max_model_len {limit}: no conversation could start; use "
+                             f"an output length of at most {max(1, limit - user - 1)} or a larger max_model_len")
 
 
 def parse_users(text: str) -> tuple[int, ...]:

@@ -41,6 +41,7 @@ EMPTY_WORDS = {  # what each live figure will show, said while it has nothing to
     "vllm_kv": "vLLM's KV blocks in use appear here while vLLM runs a level.",
     "kv_tokens": "Each engine's KV cache, in tokens, appears here while it runs a level.",
     "queue": "Requests running and waiting inside each engine appear here while it runs a level.",
+    "turns": "TTFT per turn appears here for a run of the chat workload (each turn re-sends the history).",
 }
 LATENCY_COLUMNS = ["engine", "users", "repeat", "status", "done", "errors", "out tok/s"] + [
     f"{metric} {q}" for metric in ("TTFT", "TPOT", "E2E") for q in ("p50", "p90", "p99")]  # in ms (the table's title)
@@ -330,3 +331,29 @@ def compare_ratio_figure(summaries: Sequence[dict]) -> go.Figure:
     _headroom(fig, [v for s in summaries for v in s.get("ratio", {}).values()])
     return _layout(fig, "Ratio vLLM / HF: runs compared", "concurrent users", "ratio",
                    "Choose runs above: their vLLM / HF ratios appear here.")
+
+
+NO_TURNS = EMPTY_WORDS["turns"]
+
+
+def turn_ttft_figure(summary: dict) -> go.Figure:
+    """TTFT p50 per turn number of a chat run, one line per engine and user level (first repeat); each point's
+    text is the share of its prompt the engine's prefix cache served, where the engine reports one."""
+    fig = go.Figure()
+    lines: dict[tuple[str, int], list[dict]] = {}
+    for row in summary.get("turns") or []:
+        if row["repeat"] == 0 and row["ttft_p50_s"] is not None:
+            lines.setdefault((row["engine"], row["users"]), []).append(row)
+    for (engine, users), rows in lines.items():
+        hits = [f"{r['prefix_hit_rate']:.0%}" if r["prefix_hit_rate"] is not None else "" for r in rows]
+        fig.add_trace(go.Scatter(
+            x=[r["turn"] for r in rows], y=[r["ttft_p50_s"] * 1000 for r in rows], mode="lines+markers+text",
+            text=hits, textposition="top center", name=f"{_short(engine)}, {users} users",
+            line=dict(color=ENGINE_COLORS.get(engine)),
+            customdata=[[r["prompt_tokens_mean"], r["requests"]] for r in rows],
+            hovertemplate="turn %{x}: TTFT p50 %{y:.0f} ms<br>prompt %{customdata[0]:.0f} tokens, "
+                          "%{customdata[1]} requests<br>prefix-cache hits %{text}<extra></extra>"))
+    fig.update_xaxes(dtick=1)
+    title = "TTFT p50 per turn (each turn re-sends the history)<br><sup>point labels: share of the prompt " \
+            "served from the prefix cache (engines that report it)</sup>"
+    return _layout(fig, title, "turn", "TTFT p50 (ms)", NO_TURNS)

@@ -22,6 +22,7 @@ from lab.config import RunPlan
 from lab.engines import registry
 from lab.engines.base import Engine, EngineFault, EngineInfo, EngineSample, GenRequest
 from lab.load.arrivals import schedule_s
+from lab.load.chat import chat_streams
 from lab.load.driver import RequestRecord, run_open, run_users
 from lab.load.workloads import make_requests
 from lab.metrics import (
@@ -39,6 +40,7 @@ from lab.metrics import (
     ttft_s,
 )
 from lab.metrics.kv import held_series, kv_summary
+from lab.metrics.turns import turn_rows
 from lab.status import RunStatus
 from lab.tasks import TaskResult, supervise
 
@@ -175,11 +177,20 @@ def level_seed(load, users: int) -> int:
     return load.seed * 1000 + users
 
 
-def level_requests(tokenizer, plan: RunPlan, users: int, repeat: int = 0) -> Iterator[GenRequest]:
+def level_requests(tokenizer, plan: RunPlan, users: int, repeat: int = 0) -> Iterator[GenRequest] | list:
     """The requests of one user level: identical for every engine and every repeat (same seed; the
-    ids differ by repeat only)."""
+    ids differ by repeat only). The chat workload: one stream of turns per user (lab.load.chat)."""
     load = plan.load
     seed, prefix = level_seed(load, users), f"u{users}" + (f"r{repeat}" if repeat else "")
+    if load.workload == "chat":
+        return chat_streams(tokenizer, users, load.requests_per_user, seed, plan.engine.max_model_len,
+                            load.output_len, load.exact_lengths, prefix)
+    return single_requests(tokenizer, plan, seed, prefix, users)
+
+
+def single_requests(tokenizer, plan: RunPlan, seed: int, prefix: str, users: int) -> Iterator[GenRequest]:
+    """A level's requests, one shared queue: users x requests per user, or an endless stream for a time bound."""
+    load = plan.load
     if load.requests_per_user is not None:
         yield from make_requests(tokenizer, load.workload, users * load.requests_per_user, seed,
                                  load.output_len, load.exact_lengths, prefix=prefix)
@@ -311,7 +322,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
     requests = level_requests(tokenizer, plan, users, repeat)
     if load.rate is None:
         driver = asyncio.ensure_future(run_users(engine, requests, users, load.duration_s, on_record,
-                                                 level.sent.append))
+                                                 level.sent.append, load.think_s))
     else:
         times = schedule_s(load.rate, load.arrival, load.burstiness, level_seed(load, users) + repeat)
         driver = asyncio.ensure_future(run_open(engine, requests, times, users, load.duration_s, on_record,
@@ -386,7 +397,7 @@ def summary_dict(result: RunResult) -> dict:
             "output_len": plan.load.output_len, "exact_lengths": plan.load.exact_lengths,
             "warmup_requests": plan.load.warmup_requests, "seed": plan.load.seed, "repeats": plan.load.repeats,
             "rate": plan.load.rate, "arrival": plan.load.arrival, "burstiness": plan.load.burstiness,
-            "slo": dict(plan.load.slo),
+            "slo": dict(plan.load.slo), "think_s": plan.load.think_s,
         },
         "endpoints": [e.public() for e in plan.engine.endpoints if e.name in plan.engines],
         "engine_args": {name: info.args for name, info in result.engine_info.items()},
@@ -397,6 +408,7 @@ def summary_dict(result: RunResult) -> dict:
                    for top, base in ratio_pairs(plan.engines)},
         "spread": spread_dict(runs, ratio_pairs(plan.engines)),
         "warmup_s": dict(result.warmup_s), "wall_s": wall_s(result), "estimate_s": result.estimate_s,
+        "turns": turn_rows([(level.engine, level.users, level.repeat, level.records) for level in result.levels]),
     }
 
 
@@ -421,7 +433,7 @@ def spread_dict(runs: list[dict], pairs: list[tuple[str, str]]) -> dict:
 
 REQUEST_COLUMNS = ("engine", "users", "user_id", "request_id", "status", "error", "prompt_tokens",
                    "max_tokens", "output_tokens", "send_s", "first_token_s", "end_s", "ttft_s",
-                   "tpot_s", "e2e_s", "scheduled_s", "queue_s")
+                   "tpot_s", "e2e_s", "scheduled_s", "queue_s", "turn", "cached_tokens")
 
 
 def request_rows(result: RunResult) -> list[dict]:
@@ -438,6 +450,7 @@ def request_rows(result: RunResult) -> list[dict]:
                 "max_tokens": r.max_tokens, "output_tokens": r.output_tokens, "send_s": rel(r.send_s),
                 "first_token_s": rel(r.first_token_s), "end_s": rel(r.end_s), "ttft_s": ttft_s(r),
                 "tpot_s": tpot_s(r), "e2e_s": e2e_s(r), "scheduled_s": rel(r.scheduled_s), "queue_s": queue_s(r),
+                "turn": r.turn, "cached_tokens": r.cached_tokens,
             })
     return rows
 

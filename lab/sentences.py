@@ -348,3 +348,49 @@ def fanout_answer(separate: dict) -> str:
                 f"(in this vLLM, n=4 fans out into four requests that find the prompt's blocks there).")
     return ("Four separate requests of the same prompt found nothing in the prefix cache here: each computed and held "
             "the prompt's blocks itself.")
+
+
+# -- the chat workload: what re-sending the history cost, per turn ------------------------------------------------
+def chat_answer(summary: dict) -> list[str]:
+    """Per engine and user level, its first turn against its last: prompt, prefix-cache hits and TTFT (measured)."""
+    lines = []
+    blocks = {run["engine"]: (run.get("kv") or {}).get("block_size") for run in summary.get("runs", [])}
+    for (engine, users), rows in _first_repeat_turns(summary).items():
+        if len(rows) > 1:
+            lines.append(_turn_line(engine, users, rows, blocks.get(engine)))
+    return lines
+
+
+def _first_repeat_turns(summary: dict) -> dict[tuple[str, int], list[dict]]:
+    """The per-turn rows of each engine and level's first repeat, turns ascending."""
+    found: dict[tuple[str, int], list[dict]] = {}
+    for row in summary.get("turns") or []:
+        if row["repeat"] == 0:
+            found.setdefault((row["engine"], row["users"]), []).append(row)
+    return found
+
+
+def _turn_line(engine: str, users: int, rows: list[dict], block: int | None) -> str:
+    """One engine's turn 1 against its last turn, the cache's share said only where the engine reports it."""
+    first, before, last = rows[0], rows[-2], rows[-1]
+    said = (f"{engine} at {users} users: turn {first['turn']} prompts averaged {first['prompt_tokens_mean']:.0f} "
+            f"tokens, turn {last['turn']} {last['prompt_tokens_mean']:.0f} (the history re-sent); ")
+    if first["ttft_p50_s"] and last["ttft_p50_s"]:
+        grew = last["ttft_p50_s"] / first["ttft_p50_s"]
+        said += (f"TTFT p50 went from {first['ttft_p50_s'] * 1000:.0f} to {last['ttft_p50_s'] * 1000:.0f} ms "
+                 f"({grew:.2f}x, measured). ")
+    hit = last["prefix_hit_rate"]
+    if hit is None:
+        return said + (f"It reports no prefix cache: it computed every one of the {last['prompt_tokens_mean']:.0f} "
+                       f"prompt tokens again at turn {last['turn']}.")
+    if hit > (first["prefix_hit_rate"] or 0):
+        return said + (f"Its prefix cache served {hit:.0%} of turn {last['turn']}'s prompt tokens (against "
+                       f"{first['prefix_hit_rate']:.0%} at turn {first['turn']}): the history's whole blocks were not "
+                       f"computed again.")
+    said += f"Its prefix cache served {hit:.0%} of turn {last['turn']}'s prompt tokens, no more than at turn "
+    said += f"{first['turn']}: "
+    if block:
+        return said + (f"it keeps whole blocks of {block} tokens only, so a turn whose history held less than a "
+                       f"block (turn {before['turn']}'s prompts averaged {before['prompt_tokens_mean']:.0f} tokens), "
+                       f"or whose blocks were evicted, computed it again.")
+    return said + "the history was computed again (prefix caching off, or its blocks evicted)."

@@ -57,7 +57,8 @@ def vllm_command(config: EngineConfig, model_path: str, port: int) -> list[str]:
     """vLLM's OpenAI server with the lab's engine args, as a command line."""
     from lab.engines.vllm import engine_kwargs
 
-    args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", HOST, "--port", str(port)]
+    args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", HOST, "--port", str(port),
+            "--enable-prompt-tokens-details"]  # each answer's usage says its prefix-cache hits (the chat workload)
     for key, value in engine_kwargs(config, model_path).items():
         flag = "--" + key.replace("_", "-")
         if key == "disable_log_stats":

@@ -27,7 +27,7 @@ def test_load_config_rejects_bad_values():
     with pytest.raises(ValueError, match=">= 1"):
         LoadConfig(users=(0,))
     with pytest.raises(ValueError, match="unknown workload"):
-        LoadConfig(workload="chat")
+        LoadConfig(workload="chatter")
     with pytest.raises(ValueError, match="exactly one"):
         LoadConfig(requests_per_user=None, duration_s=None)
     with pytest.raises(ValueError, match="output_len"):
@@ -109,7 +109,7 @@ def test_memory_plan_on_cpu_checks_ram():
     (["bench", "--users", "0"], ">= 1"),
     (["bench", "--users", ""], "at least one"),
     (["bench", "--engines", "hf,tgi"], "unknown engine"),
-    (["bench", "--workload", "chat"], "unknown workload"),
+    (["bench", "--workload", "chatter"], "unknown workload"),
     (["bench", "--model", "/no/such/dir"], "does not exist"),
     (["bench", "--device", "cpu", "--kv-cache-gib", "4096"], "lower kv_cache_gib"),
     (["bench", "--device", "cpu", "--block-size", "16"], "multiple of 32"),

@@ -136,6 +136,32 @@ def test_cli_bench_writes_summary_and_requests(tmp_path):
     assert agreement["ok"] is True and len(agreement["prompts"]) == 5
 
 
+def test_chat_turns_hit_vllms_prefix_cache_and_cost_hf_its_history(lab, tmp_path):
+    """One user, one conversation (seed 8: prompts of 261, 780 and 800 tokens, vLLM blocks of 128): vLLM finds the
+    last turn's whole blocks in its prefix cache, HF recomputes the history and its TTFT grows with it; the run's
+    files carry the turn and the hits, its report draws the TTFT per turn."""
+    from lab.__main__ import main
+    from lab.runs import write_run
+
+    load = LoadConfig(users=(1,), requests_per_user=3, workload="chat", output_len=4, think_s=0.0, seed=8,
+                      warmup_requests=0)
+    result = run(lab, lab.run(RunPlan(engines=("hf", "vllm"), load=load, engine=CONFIG)))
+    assert result.status == "ok"
+    by_engine = {level.engine: sorted(level.records, key=lambda r: r.turn) for level in result.levels}
+    prompts = [r.prompt_tokens for r in by_engine["vllm"]]
+    assert [r.turn for r in by_engine["vllm"]] == [1, 2, 3] and prompts == [r.prompt_tokens for r in by_engine["hf"]]
+    cached = [r.cached_tokens for r in by_engine["vllm"]]  # whole blocks of the turn before, counted by vLLM
+    assert cached == [0] + [before // 128 * 128 for before in prompts[:-1]], (cached, prompts)
+    hf = by_engine["hf"]
+    assert all(r.cached_tokens is None for r in hf)
+    assert hf[2].first_token_s - hf[2].send_s > hf[0].first_token_s - hf[0].send_s  # 800 prompt tokens vs 261
+    paths = write_run(result, tmp_path)
+    assert "turn" in paths["requests"].read_text().splitlines()[0]
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "TTFT p50 per turn" in page and "prefix cache served" in page
+
+
 def test_cli_check_json_exits_0_when_the_engines_agree():
     proc = subprocess.run(
         [sys.executable, "-m", "lab", "check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5",

@@ -9,7 +9,7 @@ import pytest
 
 from lab.config import Endpoint, EngineConfig
 from lab.engines.base import GenRequest, RequestRejected
-from lab.engines.openai import Dialect, OpenAIEngine, event_tokens, read_event, request_body
+from lab.engines.openai import Dialect, OpenAIEngine, cached_tokens, event_tokens, read_event, request_body
 
 REQUEST = GenRequest("r1", (5, 6, 7), 4)
 
@@ -21,6 +21,18 @@ def test_each_dialect_asks_for_exact_lengths_its_own_way():
     assert text["prompt"] == "hello" and json.loads(text["generation_config"])["min_new_tokens"] == 4
     plain = request_body(Dialect.TEXT, "m", REQUEST, "hello")
     assert "ignore_eos" not in plain and "generation_config" not in plain and plain["max_tokens"] == 4
+
+
+def test_a_chat_turn_goes_as_messages_and_its_usage_says_the_cache_hits():
+    turn = GenRequest("c1", (5, 6, 7), 4, turn=2, messages=(("user", "hi"), ("assistant", "yo"), ("user", "more")))
+    body = request_body(Dialect.TOKEN_IDS, "m", turn, "")
+    assert "prompt" not in body and body["messages"][2] == {"role": "user", "content": "more"}
+    assert body["ignore_eos"] and body["min_tokens"] == 4 and body["return_token_ids"]
+    assert "prompt" not in request_body(Dialect.TRANSFORMERS, "m", turn, "text")
+    assert event_tokens({"choices": [{"delta": {"content": " Paris"}}]}) == (-1,)
+    assert event_tokens({"choices": [{"delta": {"role": "assistant"}}]}) is None
+    assert cached_tokens({"usage": {"prompt_tokens": 300, "prompt_tokens_details": {"cached_tokens": 256}}}) == 256
+    assert cached_tokens({"usage": {"prompt_tokens": 3}}) is None and cached_tokens(None) is None
 
 
 def test_events_give_token_ids_or_one_unknown_token_per_text_chunk():

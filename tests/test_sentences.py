@@ -126,3 +126,23 @@ def test_the_queue_and_fanout_answers_follow_their_runs():
     assert "did not show in TTFT" in queue_answer(point(1, 0.2, 0.03), point(256, 0.19, 0.03), "4")
     assert fanout_answer({"prefix_hit_tokens": 384}).startswith("Four separate requests of the same prompt shared")
     assert "found nothing in the prefix cache" in fanout_answer({"prefix_hit_tokens": 0})
+
+
+def turn_row(engine, turn, prompt, hit, ttft):
+    return {"engine": engine, "users": 2, "repeat": 0, "turn": turn, "requests": 2, "prompt_tokens_mean": prompt,
+            "cached_tokens": None, "prefix_hit_rate": hit, "ttft_p50_s": ttft, "ttft_mean_s": ttft}
+
+
+def test_chat_answer_follows_the_hits_each_engine_measured():
+    from lab.sentences import chat_answer
+
+    runs = [{"engine": "vllm", "kv": {"block_size": 128}}, {"engine": "hf", "kv": {}}]
+    grew = {"runs": runs, "turns": [turn_row("hf", 1, 261, None, 0.1), turn_row("hf", 3, 800, None, 0.4),
+                                    turn_row("vllm", 1, 261, 0.0, 0.05), turn_row("vllm", 3, 800, 0.96, 0.04)]}
+    hf, vllm = chat_answer(grew)
+    assert "from 100 to 400 ms (4.00x" in hf and "computed every one of the 800 prompt tokens again" in hf
+    assert "served 96% of turn 3's prompt tokens (against 0% at turn 1)" in vllm
+    flat = {"runs": runs, "turns": [turn_row("vllm", 1, 69, 0.0, 0.07), turn_row("vllm", 2, 90, 0.0, 0.08)]}
+    (line,) = chat_answer(flat)
+    assert "no more than at turn 1" in line and "whole blocks of 128 tokens" in line and "averaged 69 tokens" in line
+    assert chat_answer({"runs": runs, "turns": [turn_row("vllm", 1, 69, 0.0, 0.07)]}) == []  # one turn: nothing said

@@ -15,6 +15,7 @@ from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.app.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
 from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig
+from lab.store import list_runs
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -141,11 +142,30 @@ def test_api_runs_and_reads_results_back(served):
     row = dict(zip(lead["headers"], lead["data"][0], strict=True))  # the newest first
     assert row["vLLM/HF"] == round(summary["ratio"]["2"], 2) and isinstance(row["HF tok/s"], float)  # numbers
     assert "run_id" not in row and row["when"] == stored[summary["run_id"]]["when"]  # the id in the details
-    *_, csv_path, json_path = c.predict([summary["run_id"]], api_name="/compare")
+    *_, csv_path, json_path, report_path = c.predict([summary["run_id"]], api_name="/compare")
     assert len(Path(csv_path).read_text().splitlines()) == 1 + 12
     assert json.loads(Path(json_path).read_text())["run_id"] == summary["run_id"]
+    assert summary["run_id"] in Path(report_path).read_text()  # the Download report button's file
     error = json.loads(c.predict("hf", "0", "mixed", 8, 1, api_name="/run_and_wait"))
     assert ">= 1" in error["error"]
+
+
+@pytest.mark.ui
+def test_the_results_tab_downloads_a_stored_runs_report(served, browser, tmp_path):
+    """Choose a stored run (the API test's) in the Results tab and press Download report: the HTML file comes."""
+    host, url = served
+    run_id = list_runs(host.db_path)[0]["run_id"]
+    page = open_ready(browser, url)
+    page.get_by_role("tab", name="Results").click()
+    page.get_by_label("Runs to compare (the first is downloadable)").fill(run_id)
+    page.keyboard.press("Enter")
+    wait_text(page, "#compare-args", "vllm", 60)
+    with page.expect_download(timeout=60_000) as download:
+        page.click("#download-report")
+    saved = tmp_path / "report.html"
+    download.value.save_as(saved)
+    page.close()
+    assert saved.read_text().count(run_id) >= 2 and "plotly" in saved.read_text()
 
 
 def wait_text(page, selector, text, timeout_s):
@@ -648,8 +668,6 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     ({"#rate input": "-3"}, "rate must be above 0"),
 ])
 def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, browser, fields, expected, capfd):
-    from lab.store import list_runs
-
     host, url = served
     stored = len(list_runs(host.db_path))
     page = open_ready(browser, url)
@@ -671,8 +689,6 @@ def test_every_bad_field_shows_the_labs_message_and_starts_nothing(served, brows
 
 @pytest.mark.ui
 def test_the_api_answers_bad_values_and_crafted_ids_with_the_pages_words(served):
-    from lab.store import list_runs
-
     host, url = served
     c, stored = client(url), len(list_runs(host.db_path))
     for args, expected in [((8, 1, 1.5), "Repeats: give a whole number from 1 to 10, not 1.5"),

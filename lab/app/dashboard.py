@@ -28,10 +28,11 @@ from lab.plots import (
     ratio_bars,
     throughput_figure,
     tok_s_bars,
+    turn_ttft_figure,
     vllm_kv_figure,
 )
 from lab.runs import RunResult, summary_dict
-from lab.sentences import ratio_caption
+from lab.sentences import chat_answer, ratio_caption
 from lab.status import RequestStatus, RunStatus
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
@@ -164,13 +165,14 @@ class OverTime(Generic[T]):
 
 @dataclass
 class PerLevel(Generic[T]):
-    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table and the
-    ratio's computed caption."""
+    """What changes only when a level begins or ends: the per-level bars, the ratio, the latency table, the
+    ratio's computed caption and the TTFT per turn (chat)."""
 
     bars: T
     ratio: T
     latency: T
     caption: T
+    turns: T
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class LiveView:
     queue: Any
     latency: Any
     caption: str = ""
+    turns: Any = None
 
 
 def live_view(result: RunResult) -> LiveView:
@@ -193,7 +196,7 @@ def live_view(result: RunResult) -> LiveView:
     over, level = over_time_view(result), per_level_view(result)
     return LiveView(progress=over.progress, throughput=over.throughput, tok_s_bars=level.bars, ratio=level.ratio,
                     vllm_kv=over.vllm_kv, kv_tokens=over.kv_tokens, queue=over.queue, latency=level.latency,
-                    caption=level.caption)
+                    caption=level.caption, turns=level.turns)
 
 
 def over_time_view(result: RunResult) -> OverTime:
@@ -203,16 +206,16 @@ def over_time_view(result: RunResult) -> OverTime:
 
 
 def per_level_view(result: RunResult) -> PerLevel:
-    """The per-level bars, the ratio, the latency table and the ratio's caption of a live or finished run."""
-    summary = summary_dict(result)
-    return PerLevel(bars=tok_s_bars(summary), ratio=ratio_bars(summary), latency=latency_table(summary),
-                    caption=ratio_caption(summary))
+    """The per-level figures of a live or finished run (stored_view of its summary)."""
+    return stored_view(summary_dict(result))
 
 
 def stored_view(summary: dict) -> PerLevel:
-    """The per-level figures, latency table and caption of a stored run (summary.json)."""
+    """The per-level bars, the ratio, the latency table, the ratio's computed caption (with a chat run's per-turn
+    sentences) and the TTFT per turn, of a run's summary.json."""
+    caption = " ".join([ratio_caption(summary), *chat_answer(summary)]).strip()
     return PerLevel(bars=tok_s_bars(summary), ratio=ratio_bars(summary), latency=latency_table(summary),
-                    caption=ratio_caption(summary))
+                    caption=caption, turns=turn_ttft_figure(summary))
 
 
 def stored_progress(summary: dict | None) -> str:

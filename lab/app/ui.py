@@ -47,6 +47,7 @@ from lab.estimate import estimate_text
 from lab.load.workloads import WORKLOADS
 from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
+from lab.report import write_report
 from lab.runs import summary_dict
 from lab.status import EngineHealth, RunStatus
 from lab.store import DETAIL_COLUMNS, LEAD_COLUMNS, export_run, list_runs, list_summaries, load_summary, run_label
@@ -229,7 +230,7 @@ class Handlers:
         if result is not None:
             return parts(per_level_view(result))
         stored = self.last_stored()
-        return parts(stored_view(stored) if stored else PerLevel(*[gr.skip()] * 4))
+        return parts(stored_view(stored) if stored else PerLevel(*[gr.skip()] * 5))
 
     def busy_key(self) -> str:
         """Changes when a run, experiment or sweep starts or ends, and with the level a run is at."""
@@ -271,14 +272,16 @@ class Handlers:
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return compare_figure([]), compare_ratio_figure([]), pd.DataFrame(columns=LATENCY_COLUMNS), None, None, None
+            return (compare_figure([]), compare_ratio_figure([]), pd.DataFrame(columns=LATENCY_COLUMNS),
+                    None, None, None, None)
         try:
             summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
             raise gr.Error(exc.args[0]) from None
         paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
+        report = write_report(str(paths["summary"].parent), paths["summary"].parent / f"report-{run_ids[0]}.html")
         return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
-                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]))
+                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]), str(report))
 
 
 @dataclass
@@ -450,7 +453,7 @@ def _story_outputs(host: Host) -> tuple[OverTime, PerLevel]:
     caption = gr.Markdown("", elem_id="ratio-caption")
     gr.Markdown(PEAK_NOTE, elem_id="peak-note")
     return (OverTime(progress=progress, throughput=throughput, queue=queue, vllm_kv=None, kv_tokens=None),
-            PerLevel(bars=bars, ratio=ratio, latency=None, caption=caption))
+            PerLevel(bars=bars, ratio=ratio, latency=None, caption=caption, turns=None))
 
 
 def _plot(label: str, elem_id: str, what: str) -> gr.Plot:
@@ -465,6 +468,7 @@ def _detail_outputs(live: OverTime, per_level: PerLevel) -> None:
         live.kv_tokens = _plot("KV cache of both engines, in tokens", "plot-kv-tokens", "kv_tokens")
     per_level.latency = gr.Dataframe(pd.DataFrame(columns=LATENCY_COLUMNS), label="Latency (ms) per engine and "
                                      "user level", elem_id="latency", column_widths=LATENCY_WIDTHS, wrap=True)
+    per_level.turns = _plot("TTFT per turn (chat workload)", "plot-turns", "turns")
 
 
 def _results_tab() -> ResultsTab:
@@ -486,8 +490,9 @@ def _results_tab() -> ResultsTab:
         args = gr.JSON(label="Engine args of the first chosen run", elem_id="compare-args")
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
+        report = gr.DownloadButton("Download report (one HTML file, opens offline)", elem_id="download-report")
     return ResultsTab(refresh=refresh, runs=runs_table, details=details, chosen=chosen,
-                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file])
+                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file, report])
 
 
 def _environment_tab() -> EnvironmentTab:

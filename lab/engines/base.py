@@ -34,12 +34,17 @@ class GenRequest:
         prompt_token_ids: The prompt, as token ids.
         max_tokens: Output tokens asked for; with ignore_eos, exactly this many are made.
         ignore_eos: Keep generating past EOS (exact output lengths).
+        turn: A conversation's turn number (1 first; the chat workload), None for single requests.
+        messages: The chat messages the prompt was templated from, as (role, text) pairs: an endpoint sends
+            these to /v1/chat/completions; in-process engines read the token ids.
     """
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     ignore_eos: bool = True
+    turn: int | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
 
     @property
     def prompt_len(self) -> int:
@@ -58,11 +63,14 @@ class TokenChunk:
         token_ids: The tokens.
         times_s: Each token's own time, where one hand-over carries tokens made at different instants
             (the step loop's batch of steps); empty when all were made at time_s.
+        cached_tokens: Prompt tokens the engine found in its prefix cache (vLLM's num_cached_tokens, a server's
+            usage.prompt_tokens_details), on the chunk that knows it; None where the engine does not say.
     """
 
     time_s: float
     token_ids: tuple[int, ...]
     times_s: tuple[float, ...] = ()
+    cached_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.times_s and len(self.times_s) != len(self.token_ids):

@@ -1,7 +1,8 @@
 """An OpenAI-compatible server as an engine (``openai``): the lab load-tests it over HTTP like any other.
 
-Each request streams ``/v1/completions``. How much the server accepts decides the dialect, found once at
-start by asking for 4 tokens:
+Each request streams ``/v1/completions``; a chat turn (a request with messages, the chat workload) streams
+``/v1/chat/completions`` with its messages, and the server applies its own chat template. How much the server
+accepts decides the dialect, found once at start by asking for 4 tokens:
 
 - ``token-ids`` (vLLM): the prompt goes as token ids (every engine sees the same tokens), exact lengths
   through ``ignore_eos`` + ``min_tokens``, token ids back through ``return_token_ids``.
@@ -60,13 +61,17 @@ class Dialect(enum.StrEnum):
 
 
 def request_body(dialect: Dialect, model: str, request: GenRequest, prompt_text: str) -> dict:
-    """The JSON body of one streamed completion in ``dialect``."""
+    """The JSON body of one streamed completion in ``dialect`` (a chat turn's: its messages, no prompt)."""
     body = {"model": model, "max_tokens": request.max_tokens, "temperature": 0.0, "stream": True,
             "stream_options": {"include_usage": True}}
+    prompt = list(request.prompt_token_ids) if dialect is Dialect.TOKEN_IDS else prompt_text
+    if request.messages is not None:
+        body["messages"] = [{"role": role, "content": text} for role, text in request.messages]
+    else:
+        body["prompt"] = prompt
     if dialect is Dialect.TOKEN_IDS:
         exact = {"ignore_eos": True, "min_tokens": request.max_tokens} if request.ignore_eos else {}
-        return {**body, "prompt": list(request.prompt_token_ids), "return_token_ids": True, **exact}
-    body["prompt"] = prompt_text
+        return {**body, "return_token_ids": True, **exact}
     if dialect is Dialect.TRANSFORMERS:
         config = {"do_sample": False, "max_new_tokens": request.max_tokens}
         if request.ignore_eos:
@@ -97,7 +102,15 @@ def event_tokens(event: dict) -> tuple[int, ...] | None:
     choice = choices[0]
     if choice.get("token_ids") is not None:
         return tuple(choice["token_ids"])
-    return (-1,) if choice.get("text") else None  # text without ids: one token, id unknown
+    text = choice.get("text") or (choice.get("delta") or {}).get("content")  # a completion's, or a chat delta's
+    return (-1,) if text else None  # text without ids: one token, id unknown
+
+
+def cached_tokens(event: dict | None) -> int | None:
+    """The prompt tokens the server found in its prefix cache, where its usage says (vLLM with
+    --enable-prompt-tokens-details)."""
+    usage = (event or {}).get("usage") or {}
+    return (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
 
 
 @functools.cache
@@ -310,10 +323,11 @@ class OpenAIEngine:
         text = "" if dialect is Dialect.TOKEN_IDS else self.tokenizer.decode(request.prompt_token_ids)
         body = dumps(request_body(dialect, self.model, request, text))
         headers = {"X-Request-Id": request.request_id, "Content-Type": "application/json"}
-        made, pending = 0, b""
+        made, pending, cached = 0, b"", None
+        path = "v1/completions" if request.messages is None else "v1/chat/completions"
         self._in_flight += 1
         try:
-            async with self._session.post("v1/completions", data=body, headers=headers) as response:
+            async with self._session.post(path, data=body, headers=headers) as response:
                 if response.status != 200:
                     reason = (await response.text())[:300]
                     response.close()  # not back to the pool: a server's error reply may leave bytes that spoil the next
@@ -328,7 +342,9 @@ class OpenAIEngine:
                         *events, pending = buffer.split(b"\n\n")
                         tokens: tuple[int, ...] = ()
                         for raw in events:
-                            tokens += self._take(request, read_event(raw), made + len(tokens))
+                            event = read_event(raw)
+                            tokens += self._take(request, event, made + len(tokens))
+                            cached = cached_tokens(event) if cached is None else cached
                         if tokens:
                             made += len(tokens)
                             self._gauges_ours = True
@@ -338,10 +354,14 @@ class OpenAIEngine:
                         raise ConnectionLost(f"the server closed the stream before any token ({exc})") from None
                     if made < request.max_tokens:
                         raise
-                if tail := self._take(request, read_event(pending), made):  # a last event without its blank line
+                last = read_event(pending)
+                cached = cached_tokens(last) if cached is None else cached
+                if tail := self._take(request, last, made):  # a last event without its blank line
                     made += len(tail)
                     self._gauges_ours = True
                     yield TokenChunk(arrival.arrived_s, tail)
+                if cached is not None:  # the usage comes last: its count rides on a chunk of no tokens
+                    yield TokenChunk(arrival.arrived_s, (), cached_tokens=cached)
             self._check_end(request, dialect, made)
         except TimeoutError:
             raise RequestRejected(f"no answer from {self.endpoint.base_url} in time (a connection gets 10 s, a "

@@ -201,8 +201,8 @@ class VLLMEngine:
             async for output in self._engine.generate(prompt, params, request_id):
                 now = time.perf_counter()
                 new = output.outputs[0].token_ids if output.outputs else ()
-                if new:
-                    yield TokenChunk(time_s=now, token_ids=tuple(new))
+                if new:  # the prompt tokens its prefix cache served (the same on every output of the request)
+                    yield TokenChunk(time_s=now, token_ids=tuple(new), cached_tokens=output.num_cached_tokens)
         except Exception as exc:
             raise RequestRejected(f"vLLM rejected the request: {exc}") from exc
 

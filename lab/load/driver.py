@@ -38,6 +38,8 @@ class RequestRecord:
         error: Why it failed, else ''.
         scheduled_s: Open loop only: when the arrival process said to send it (send_s - scheduled_s is
             the time it waited in the client, for the concurrency cap or a busy event loop).
+        turn: Its conversation's turn number (chat workload), else None.
+        cached_tokens: Prompt tokens the engine served from its prefix cache; None where it does not say.
     """
 
     engine: str
@@ -53,6 +55,8 @@ class RequestRecord:
     status: RequestStatus = RequestStatus.OK
     error: str = ""
     scheduled_s: float | None = None
+    turn: int | None = None
+    cached_tokens: int | None = None
 
     @property
     def output_tokens(self) -> int:
@@ -70,7 +74,7 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
     record = RequestRecord(
         engine=engine.name, users=users, user_id=user_id, request_id=request.request_id,
         send_s=time.perf_counter(), prompt_tokens=request.prompt_len, max_tokens=request.max_tokens,
-        scheduled_s=scheduled_s,
+        scheduled_s=scheduled_s, turn=request.turn,
     )
     if on_send is not None:
         on_send(record)
@@ -79,8 +83,10 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
         if problem:
             raise RequestRejected(problem)
         async for chunk in engine.stream(request):
-            if record.first_token_s is None:
+            if record.first_token_s is None and chunk.token_ids:
                 record.first_token_s = chunk.time_s
+            if chunk.cached_tokens is not None:
+                record.cached_tokens = chunk.cached_tokens
             record.token_times_s.extend(chunk.token_times())
     except asyncio.CancelledError:  # swallowed on purpose: the caller re-raises after recording
         record.status, record.error = RequestStatus.CANCELLED, "run cancelled"
@@ -96,19 +102,22 @@ async def send(engine: Engine, request: GenRequest, users: int, user_id: int,
     return record
 
 
-async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
+async def run_users(engine: Engine, requests: Iterator[GenRequest] | list[Iterator[GenRequest]], users: int,
                     duration_s: float | None = None,
                     on_record: Callable[[RequestRecord], None] | None = None,
-                    on_send: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:
-    """Drive ``users`` closed-loop users over a shared request queue until it or the time runs out.
+                    on_send: Callable[[RequestRecord], None] | None = None,
+                    think_s: float = 0.0) -> list[RequestRecord]:
+    """Drive ``users`` closed-loop users until their requests or the time run out.
 
     Args:
         engine: A started engine.
-        requests: The requests, taken in order by whichever user is free.
+        requests: One shared iterator, taken in order by whichever user is free; or one iterator per user
+            (the chat workload: each user sends its own conversations' turns, in order).
         users: Number of concurrent users.
         duration_s: Stop sending new requests after this long (in-flight ones finish).
         on_record: Called with each finished record (progress observers).
         on_send: Called with each record as its request is sent (it fills in live).
+        think_s: A user's pause before each turn after a conversation's first (a reader reading the reply).
 
     Returns:
         One record per request sent, in finishing order. If the task is cancelled, in-flight requests
@@ -116,6 +125,7 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
     """
     records: list[RequestRecord] = []
     deadline = None if duration_s is None else time.perf_counter() + duration_s
+    streams = requests if isinstance(requests, list) else [requests] * users
 
     def finish(record: RequestRecord) -> None:
         records.append(record)
@@ -123,7 +133,9 @@ async def run_users(engine: Engine, requests: Iterator[GenRequest], users: int,
             on_record(record)
 
     async def user(user_id: int) -> None:
-        for request in requests:
+        for request in streams[user_id]:
+            if think_s and (request.turn or 1) > 1:
+                await asyncio.sleep(think_s)
             task = asyncio.ensure_future(send(engine, request, users, user_id, on_send))
             try:
                 record = await asyncio.shield(task)

@@ -3,6 +3,9 @@
 A workload names how long prompts and outputs are; ``make_requests`` turns it into tokenized requests
 that every engine receives identically (same ids, same order). Prompt text is cut from a built-in
 passage at a seeded offset, so prompts differ (no accidental shared prefix) and lengths are exact.
+``sharegpt`` draws each request's lengths from real conversations (lab.load.sharegpt); ``chat`` replays whole
+conversations, a history that grows turn by turn (lab.load.chat), and as single requests (warm-up, experiments,
+the estimate) reads as ``sharegpt``.
 """
 
 from __future__ import annotations
@@ -44,12 +47,15 @@ class Workload:
     prompt_len: tuple[int, int]
     output_len: tuple[int, int]
     fixed_prompt: str | None = None
+    real: str | None = None  # lengths drawn from the ShareGPT table: its words for them in brief()
 
     def brief(self) -> str:
         """Prompt and output lengths in a few characters, e.g. 'mixed 16-512 → 16-256'."""
         def span(low: int, high: int) -> str:
             return str(low) if low == high else f"{low}-{high}"
 
+        if self.real:
+            return f"{self.name} {self.real}"
         prompt = "seed prompt" if self.fixed_prompt else span(*self.prompt_len)
         return f"{self.name} {prompt} → {span(*self.output_len)}"
 
@@ -63,8 +69,13 @@ WORKLOADS: dict[str, Workload] = {
         Workload("decode", "decode-bound: short prompts (16-64), long outputs (256-512)", (16, 64), (256, 512)),
         Workload("prefill", "prefill-bound: long prompts (512-1536), short outputs (8-32)", (512, 1536), (8, 32)),
         Workload("spread", "answers spread 12x: short prompts (16-64), outputs 8-96 tokens", (16, 64), (8, 96)),
+        Workload("sharegpt", "real chat lengths: ShareGPT first turns, filtered as vllm bench does", (4, 1024),
+                 (4, 2044), real="ShareGPT first turns"),
+        Workload("chat", "multi-turn: each user holds a ShareGPT conversation, every turn re-sends the history",
+                 (4, 1024), (4, 2044), real="ShareGPT conversations, history re-sent"),
     )
 }
+REAL_WORKLOADS = ("sharegpt", "chat")  # lengths from lab.load.sharegpt
 
 
 FIXED_PROMPT_BOUND = 32  # tokens a fixed prompt may take (the seed prompt is 8 words)
@@ -81,6 +92,8 @@ def longest_request(workload: str, output_len: int | None = None) -> tuple[int, 
         (prompt tokens, output tokens) at their maximum.
     """
     preset = WORKLOADS[workload]
+    if preset.real:
+        return longest_real(output_len)
     prompt = preset.prompt_len[1] if preset.fixed_prompt is None else FIXED_PROMPT_BOUND
     return prompt, output_len if output_len is not None else preset.output_len[1]
 
@@ -90,6 +103,15 @@ def mean_request(workload: str, output_len: int | None = None) -> tuple[float, f
     preset = WORKLOADS[workload]
     prompt = sum(preset.prompt_len) / 2 if preset.fixed_prompt is None else FIXED_PROMPT_BOUND / 2
     return prompt, output_len if output_len is not None else sum(preset.output_len) / 2
+
+
+def longest_real(output_len: int | None) -> tuple[int, int]:
+    """The ShareGPT first turn with the most tokens in all (a chat's later turns are cut to max_model_len)."""
+    from lab.load.sharegpt import first_turns
+
+    if output_len is not None:
+        return max(p for p, _ in first_turns()), output_len
+    return max(first_turns(), key=sum)
 
 
 @dataclass(frozen=True)
@@ -114,12 +136,22 @@ def sample_specs(workload: str, count: int, seed: int, output_len: int | None = 
     """
     preset = WORKLOADS[workload]
     rng = random.Random(seed)
+    if preset.real:
+        return real_specs(rng, count, output_len)
     specs = []
     for _ in range(count):
         prompt = rng.randint(*preset.prompt_len)
         out = output_len if output_len is not None else rng.randint(*preset.output_len)
         specs.append(RequestSpec(prompt, out))
     return specs
+
+
+def real_specs(rng: random.Random, count: int, output_len: int | None) -> list[RequestSpec]:
+    """``count`` ShareGPT first turns drawn with replacement (an output_len forced replaces each reply's)."""
+    from lab.load.sharegpt import first_turns
+
+    pairs = rng.choices(first_turns(), k=count)
+    return [RequestSpec(prompt, output_len if output_len is not None else out) for prompt, out in pairs]
 
 
 def passage_ids(tokenizer, min_tokens: int) -> list[int]:
