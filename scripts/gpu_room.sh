@@ -39,7 +39,7 @@ for job in ${jobs//,/ }; do
     sharegpt) args=(--workload sharegpt --users "${USERS:-1,5,10,20,64}" --requests-per-user 2 --kv-cache-gib "$kv") ;;
     chat) args=(--workload chat --users "${USERS:-1,5,10,20,64}" --requests-per-user 4 --kv-cache-gib "$kv") ;;
     chat-noprefix) args=(--workload chat --users "${USERS:-1,5,10,20,64}" --requests-per-user 4 --kv-cache-gib "$kv"
-                         --no-enable-prefix-caching) ;;
+                         --no-enable-prefix-caching --engines vllm) ;;  # HF has no prefix cache: its side is chat's
     demo) args=(--workload mixed --users 1,8,32,64 --requests-per-user 1 --repeats 3) ;;
   esac
   tag=$part-$job
