@@ -355,9 +355,11 @@ def chat_answer(summary: dict) -> list[str]:
     """Per engine and user level, its first turn against its last: prompt, prefix-cache hits and TTFT (measured)."""
     lines = []
     blocks = {run["engine"]: (run.get("kv") or {}).get("block_size") for run in summary.get("runs", [])}
+    args = summary.get("engine_args") or {}
     for (engine, users), rows in _first_repeat_turns(summary).items():
         if len(rows) > 1:
-            lines.append(_turn_line(engine, users, rows, blocks.get(engine)))
+            off = (args.get(engine) or {}).get("enable_prefix_caching") is False
+            lines.append(_turn_line(engine, users, rows, blocks.get(engine), off))
     return lines
 
 
@@ -370,8 +372,9 @@ def _first_repeat_turns(summary: dict) -> dict[tuple[str, int], list[dict]]:
     return found
 
 
-def _turn_line(engine: str, users: int, rows: list[dict], block: int | None) -> str:
-    """One engine's turn 1 against its last turn, the cache's share said only where the engine reports it."""
+def _turn_line(engine: str, users: int, rows: list[dict], block: int | None, off: bool = False) -> str:
+    """One engine's turn 1 against its last turn, the cache's share said only where the engine reports it
+    (``off``: its prefix cache was turned off)."""
     first, before, last = rows[0], rows[-2], rows[-1]
     said = (f"{engine} at {users} users: turn {first['turn']} prompts averaged {first['prompt_tokens_mean']:.0f} "
             f"tokens, turn {last['turn']} {last['prompt_tokens_mean']:.0f} (the history re-sent); ")
@@ -380,6 +383,9 @@ def _turn_line(engine: str, users: int, rows: list[dict], block: int | None) -> 
         said += (f"TTFT p50 went from {first['ttft_p50_s'] * 1000:.0f} to {last['ttft_p50_s'] * 1000:.0f} ms "
                  f"({grew:.2f}x, measured). ")
     hit = last["prefix_hit_rate"]
+    if off:
+        return said + (f"Its prefix cache was off (enable_prefix_caching=False): it computed every one of the "
+                       f"{last['prompt_tokens_mean']:.0f} prompt tokens again at turn {last['turn']}.")
     if hit is None:
         return said + (f"It reports no prefix cache: it computed every one of the {last['prompt_tokens_mean']:.0f} "
                        f"prompt tokens again at turn {last['turn']}.")
@@ -389,8 +395,7 @@ def _turn_line(engine: str, users: int, rows: list[dict], block: int | None) -> 
                        f"computed again.")
     said += f"Its prefix cache served {hit:.0%} of turn {last['turn']}'s prompt tokens, no more than at turn "
     said += f"{first['turn']}: "
-    if block:
-        return said + (f"it keeps whole blocks of {block} tokens only, so a turn whose history held less than a "
-                       f"block (turn {before['turn']}'s prompts averaged {before['prompt_tokens_mean']:.0f} tokens), "
-                       f"or whose blocks were evicted, computed it again.")
-    return said + "the history was computed again (prefix caching off, or its blocks evicted)."
+    if block and before["prompt_tokens_mean"] < block:
+        return said + (f"it keeps whole blocks of {block} tokens only, and turn {before['turn']}'s prompts averaged "
+                       f"{before['prompt_tokens_mean']:.0f} tokens, less than a block: the history was computed again.")
+    return said + "the history was computed again: its blocks were no longer cached when the turn came (evicted)."

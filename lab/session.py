@@ -8,10 +8,12 @@ before HF loads beside it), runs plans, and stops them. The CLI, the UI and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import gc
 import logging
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,9 +93,15 @@ def new_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_async(coro):
-    """Run a coroutine to its end on a new loop of new_loop() (the CLI's commands)."""
+    """Run a coroutine to its end on a new loop of new_loop() (the CLI's commands). SIGTERM (a time limit, a job
+    scheduler) stops it as Ctrl-C does: the task is cancelled, so a run keeps and writes what it measured."""
+    async def main():
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
+        return await coro
+
     with asyncio.Runner(loop_factory=new_loop) as runner:
-        return runner.run(coro)
+        return runner.run(main())
 
 
 def settle_heap() -> None:

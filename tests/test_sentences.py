@@ -146,3 +146,8 @@ def test_chat_answer_follows_the_hits_each_engine_measured():
     (line,) = chat_answer(flat)
     assert "no more than at turn 1" in line and "whole blocks of 128 tokens" in line and "averaged 69 tokens" in line
     assert chat_answer({"runs": runs, "turns": [turn_row("vllm", 1, 69, 0.0, 0.07)]}) == []  # one turn: nothing said
+    long = {"runs": runs, "turns": [turn_row("vllm", 1, 300, 0.0, 0.07), turn_row("vllm", 2, 900, 0.0, 0.08)]}
+    (line,) = chat_answer(long)
+    assert "no longer cached" in line and "less than a block" not in line  # 300 tokens held whole blocks
+    (line,) = chat_answer({**long, "engine_args": {"vllm": {"enable_prefix_caching": False}}})
+    assert "prefix cache was off" in line and "computed every one of the 900 prompt tokens again" in line
