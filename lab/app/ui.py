@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from lab.app.access import Access
 from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
@@ -31,11 +32,13 @@ from lab.app.dashboard import (
     progress_text,
 )
 from lab.app.seam import Host
+from lab.app.ui_access import Guard, sign_in_line
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
 from lab.app.ui_timer import redraw_on_change
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
+from lab.environment import shm_warning
 from lab.estimate import estimate_text
 from lab.load.workloads import WORKLOADS
 from lab.plots import LATENCY_COLUMNS, compare_figure, compare_ratio_figure, latency_table
@@ -58,11 +61,17 @@ TICK_S = 1.0  # how often each page asks the host whether anything changed
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 
 
+def shm_words() -> str:
+    """The header's /dev/shm warning ('' when there is room; the page's process shares the engines' machine)."""
+    warning = shm_warning()
+    return f"**Warning:** {warning}." if warning else ""
+
+
 class Handlers:
     """Every event handler of the page, over one Host: actions, change keys and the redraws they gate."""
 
-    def __init__(self, host: Host):
-        self.host = host
+    def __init__(self, host: Host, guard: Guard | None = None):
+        self.host, self.guard = host, guard or Guard(Access())  # default: every page the presenter's
 
     # -- actions -------------------------------------------------------------------------------
     def start_run(self, *form) -> str:
@@ -126,6 +135,9 @@ class Handlers:
                                 model=(model or "").strip() or None, api_key=key or None)  # never the host's own key
         except ValueError as exc:
             return f"**Input error:** {exc}", gr.skip()
+        refusal = self.guard.access.endpoint_refusal(endpoint.base_url)
+        if refusal:
+            return f"**Not connected:** {refusal}", gr.skip()
         connected, message = self.host.connect_endpoint(endpoint)
         if not connected:
             return f"**Not connected:** {message}", gr.skip()
@@ -136,9 +148,13 @@ class Handlers:
         return self.host.cancel()
 
     def run_and_wait(self, engines: str, users: str, workload: str, output_len: float, requests_per_user: float,
-                     repeats: float = 1, rate: float = 0, slo: str = "") -> str:
+                     repeats: float = 1, rate: float = 0, slo: str = "", request: gr.Request = None) -> str:
         """Start a run, wait for it to end, and return its summary.json (for API clients); the numbers are floats
-        so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error)."""
+        so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error). The
+        presenter's only (the token in the X-KVLab-Token header)."""
+        refusal = self.guard.refusal("Starting a run", request)
+        if refusal:
+            return json.dumps({"error": refusal})
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
             plan = plan_from_inputs(self.host.config, names, users, workload, output_len, BOUND_REQUESTS,
@@ -268,29 +284,33 @@ class EnvironmentTab:
     refresh: gr.Button
 
 
-def build_app(host: Host) -> gr.Blocks:
+def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
     """Lay out the dashboard and wire it to ``host``.
 
     Args:
         host: The engine host (loading or loaded).
+        access: Who may command it and where endpoints may point (default: 127.0.0.1, every page the presenter).
 
     Returns:
         The Blocks app (not launched).
     """
-    handlers = Handlers(host)
+    guard = Guard(access or Access())
+    handlers = Handlers(host, guard)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO)
+        sign_in_line(app, guard)
         header = [gr.Markdown(host.status_text(), elem_id="load-status"),
                   gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
+        gr.Markdown(shm_words(), elem_id="shm-warning")
         with gr.Tabs():
             load = _load_tab(host)
-            why = build_why_tab(host, TICK_S, QUIET)
-            kv = build_kv_tab(host, TICK_S, QUIET)
-            sweeps = build_sweep_tab(host, TICK_S, QUIET)
+            why = build_why_tab(host, TICK_S, QUIET, guard)
+            kv = build_kv_tab(host, TICK_S, QUIET, guard)
+            sweeps = build_sweep_tab(host, TICK_S, QUIET, guard)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
-        header[2].click(handlers.restart, None, [load.message], api_name="restart")
+        header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
         buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
         _wire_timer(handlers, header, load, results, env, buttons)
@@ -434,16 +454,19 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
-    load.run.click(handlers.start_run, load.form, [load.message], api_name="start_run").then(
+    guard = handlers.guard
+    start_run = guard(handlers.start_run, "Starting a run")
+    load.run.click(start_run, load.form, [load.message], api_name="start_run").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)
     for component in load.form:
         component.change(handlers.estimate, load.form, [load.estimate], api_visibility="private", queue=False)
         component.change(handlers.clear_error, [load.message], [load.message], api_visibility="private", queue=False)
     load.demo.click(handlers.demo_form, None, load.form, api_visibility="private").then(
-        handlers.start_run, load.form, [load.message], api_visibility="private").then(
+        start_run, load.form, [load.message], api_visibility="private").then(
         handlers.progress_now, None, [load.live[0]], **QUIET)
-    load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel")
-    load.endpoint[4].click(handlers.connect, load.endpoint[:4], [load.endpoint[5], load.form[0]],
+    load.cancel.click(guard(handlers.cancel, "Cancelling"), None, [load.message], api_name="cancel")
+    connect = guard(handlers.connect, "Connecting an endpoint", lambda words: (words, gr.skip()))
+    load.endpoint[4].click(connect, load.endpoint[:4], [load.endpoint[5], load.form[0]],
                            api_visibility="private")  # a page-only action: no API that points the host anywhere
     results.refresh.click(handlers.load_runs, None, results.runs, api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from lab.app.seam import Host
+from lab.app.ui_access import Guard
 from lab.app.ui_timer import redraw_on_change, run_cancel_lines
 from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
 from lab.plots_kv import experiment_figure, live_blocks_figure
@@ -130,13 +131,14 @@ class KvTab:
     result: list  # progress line, figure, fields: in KvHandlers.result_view's order
 
 
-def build_kv_tab(host: Host, tick_s: float, quiet: dict) -> KvTab:
+def build_kv_tab(host: Host, tick_s: float, quiet: dict, guard: Guard) -> KvTab:
     """Lay out the KV cache tab (call inside gr.Tabs) and wire it to ``host``.
 
     Args:
         host: The engine host.
         tick_s: How often the page asks the host whether anything changed.
         quiet: Options of timer-driven events (no spinner, no API).
+        guard: The presenter rule its Run and Cancel go through.
 
     Returns:
         The tab's components.
@@ -144,7 +146,7 @@ def build_kv_tab(host: Host, tick_s: float, quiet: dict) -> KvTab:
     handlers = KvHandlers(host)
     with gr.Tab("KV cache", id="kv"):
         tab = _layout()
-        _wire(handlers, tab, tick_s, quiet)
+        _wire(handlers, tab, tick_s, quiet, guard)
     return tab
 
 
@@ -168,11 +170,12 @@ def _layout() -> KvTab:
                  live=live, result=[progress, figure, fields])
 
 
-def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict) -> None:
+def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict, guard: Guard) -> None:
     """Buttons and the dropdown; then a timer whose keys gate the live picture and the result."""
     tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private")
-    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment")
-    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment")
+    tab.run.click(guard(handlers.start, "Starting an experiment"), [tab.experiment, tab.params], [tab.message],
+                  api_name="start_experiment")
+    tab.cancel.click(guard(handlers.cancel, "Cancelling"), None, [tab.message], api_name="cancel_experiment")
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
               (handlers.result_key, handlers.result_view, tab.result)]
     redraw_on_change(groups, tick_s, quiet)

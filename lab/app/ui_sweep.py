@@ -16,6 +16,7 @@ import pandas as pd
 
 from lab.app.dashboard import progress_text
 from lab.app.seam import Host
+from lab.app.ui_access import Guard
 from lab.app.ui_timer import redraw_on_change
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
@@ -120,12 +121,12 @@ class SweepTab:
     files: list  # sweep.json and sweep.csv of the chosen one
 
 
-def build_sweep_tab(host: Host, tick_s: float, quiet: dict) -> SweepTab:
-    """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host``."""
+def build_sweep_tab(host: Host, tick_s: float, quiet: dict, guard: Guard) -> SweepTab:
+    """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
     handlers = SweepHandlers(host)
     with gr.Tab("Sweeps", id="sweeps"):
         tab = _layout(handlers)
-        _wire(handlers, tab, tick_s, quiet)
+        _wire(handlers, tab, tick_s, quiet, guard)
     return tab
 
 
@@ -160,11 +161,11 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
                     stored=[stored, chosen], chosen=chosen, files=files)
 
 
-def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) -> None:
+def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict, guard: Guard) -> None:
     """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
     tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private")
-    tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep")
-    tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep")
+    tab.run.click(guard(handlers.start, "Starting a sweep"), tab.form, [tab.message], api_name="start_sweep")
+    tab.cancel.click(guard(handlers.host.cancel, "Cancelling"), None, [tab.message], api_name="cancel_sweep")
     tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
               (handlers.points_key, handlers.points, tab.points),

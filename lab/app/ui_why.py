@@ -14,6 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from lab.app.seam import Host
+from lab.app.ui_access import Guard
 from lab.app.ui_timer import redraw_on_change, run_cancel_lines
 from lab.config import whole
 from lab.experiments import parse_params
@@ -121,8 +122,8 @@ class WhyTab:
     result: list  # progress, figure, caption, factors: in WhyHandlers.result_view's order
 
 
-def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
-    """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host``."""
+def build_why_tab(host: Host, tick_s: float, quiet: dict, guard: Guard) -> WhyTab:
+    """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
     handlers = WhyHandlers(host)
     with gr.Tab("Why", id="why"):
         gr.Markdown(INTRO)
@@ -141,8 +142,8 @@ def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
             stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    run.click(handlers.start, [preset, repeats, rungs], [message], api_name="start_ladder")
-    cancel.click(handlers.cancel, None, [message], api_name="cancel_ladder")
+    run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs], [message], api_name="start_ladder")
+    cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder")
     refresh.click(handlers.stored, None, [stored], api_visibility="private")
     stored.change(handlers.show_stored, [stored], [figure, caption, factors], api_visibility="private")
     redraw_on_change([(handlers.result_key, handlers.result_view, tab.result),
