@@ -83,6 +83,28 @@ def test_agreement_warning_only_when_the_engines_disagree():
     assert agreement_warning(None) == ""
 
 
+def test_a_redraw_is_built_once_per_change_and_shared_by_every_page():
+    import gradio as gr
+    import plotly.graph_objects as go
+    from gradio.components.plot import PlotData
+
+    from lab.app.ui_timer import Shared
+
+    version, builds = [0], []
+
+    def redraw():
+        builds.append(version[0])
+        return [f"v{version[0]}", go.Figure(go.Scatter(y=[1, version[0]])), gr.update(value="x", visible=True)]
+
+    shared = Shared(lambda: version[0], redraw)
+    pages = [shared() for _ in range(50)]
+    assert builds == [0] and all(isinstance(p[1], PlotData) for p in pages)  # the figure's JSON, made once
+    pages[0][2].pop("value")  # as Gradio does when it sends an update to one page
+    assert shared()[2]["value"] == "x" and pages[1][2] is not pages[0][2]
+    version[0] = 1
+    assert shared()[0] == "v1" and shared()[0] == "v1" and builds == [0, 1]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

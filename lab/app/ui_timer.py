@@ -3,14 +3,18 @@ task tab's Run, Cancel, message and progress lines.
 
 As in trackio: every tick reads a cheap key per group of components (a status string, an id and a count);
 a group is redrawn only when its own key changed (the State's change event), so a quiet page costs a few
-attribute reads a second and no figures.
+attribute reads a second and no figures. A room of pages costs one build per change, not one per page: each
+group's redraw is ``Shared``, built once per value of its key (figures already turned into their JSON) and
+handed to every page that asks while the key holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
 
@@ -20,8 +24,43 @@ def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> Non
     keys = [gr.State(None) for _ in groups]
     # queued: only a queued event reports which States it changed, and so fires their change events
     gr.Timer(tick_s).tick(lambda: [group[0]() for group in groups], None, keys, **quiet)
-    for state, (_, redraw, outputs, *inputs) in zip(keys, groups, strict=True):
-        state.change(redraw, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+    for state, (key, redraw, outputs, *inputs) in zip(keys, groups, strict=True):
+        shown = redraw if inputs else Shared(key, redraw)  # a redraw that reads the page's own values is its own
+        state.change(shown, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+
+
+class Shared:
+    """A redraw built once per value of its key and shared by every page (thread-safe: a page that asks while
+    another builds waits for that build)."""
+
+    def __init__(self, key: Callable, redraw: Callable):
+        self.key, self.redraw = key, redraw
+        self.__name__ = getattr(redraw, "__name__", "redraw")
+        self._lock = threading.Lock()
+        self._built: tuple | None = None  # (key, outputs)
+
+    def __call__(self):
+        key = self.key()
+        with self._lock:
+            if self._built is None or self._built[0] != key:
+                self._built = (key, prepared(self.redraw()))
+            return handed_out(self._built[1])
+
+
+def prepared(outputs):
+    """Outputs with every Plotly figure turned into the JSON a page gets (once, not once per page)."""
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(prepared(value) for value in outputs)
+    if type(outputs).__module__.startswith("plotly"):
+        return PlotData(type="plotly", plot=outputs.to_json())
+    return outputs
+
+
+def handed_out(outputs):
+    """A copy of the outputs' update dicts (Gradio pops their value as it sends one to a page)."""
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(handed_out(value) for value in outputs)
+    return dict(outputs) if isinstance(outputs, dict) else outputs
 
 
 def run_cancel_lines(prefix: str, idle: str) -> tuple:
