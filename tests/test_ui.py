@@ -112,14 +112,23 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def access():
+    """The served app's presenter and endpoint rules: 127.0.0.1, no token (every page the presenter's) unless a
+    test makes it a room (the ``room`` fixture)."""
+    from lab.app.access import Access
+
+    return Access.for_app("127.0.0.1", environ={})
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, access):
     """The app of app.py (same host process, same build_app), served on a free port, engines loaded."""
     from lab.app.ui import build_app
 
     host = RemoteHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
                    db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
     host.start_loading()
-    app = build_app(host)
+    app = build_app(host, access)
     port = free_port()
     app.queue(default_concurrency_limit=8).launch(server_name="127.0.0.1", server_port=port,
                                                   prevent_thread_lock=True, quiet=True)
@@ -310,6 +319,67 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.result.id in stored and "cancelled" in stored[host.result.id]
     first.close()
     second.close()
+
+
+ROOM_TOKEN = "workshop-token-25"
+
+
+@pytest.fixture
+def room(access):
+    """For one test, the served app is a workshop room: a presenter token is set, and a page watches until it
+    shows the token."""
+    access.token = ROOM_TOKEN
+    yield ROOM_TOKEN
+    access.token = None
+    access.presenters.clear()
+
+
+def refused(page, selector, action):
+    """Wait for ``selector`` to show the presenter-only refusal of ``action``."""
+    wait_text(page, selector, f"Presenter only: {action} is the presenter's", 20)
+
+
+@pytest.mark.ui
+def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_can(served, browser, room):
+    from gradio_client import Client
+
+    host, url = served
+    attendee = open_ready(browser, url)
+    wait_text(attendee, "#role", "Watching", 20)
+    submit(attendee, "1", 8, 1)
+    refused(attendee, "#message", "Starting a run")
+    assert not host.running()
+    attendee.click("text=Add an endpoint")
+    attendee.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    attendee.click("#connect")
+    refused(attendee, "#endpoint-status", "Connecting an endpoint")
+    presenter = open_ready(browser, f"{url}?token={room}")
+    wait_text(presenter, "#role", "Presenter:", 20)
+    assert "token=" not in presenter.url  # the page drops it from the address bar
+    submit(presenter, "4", 64, 5)
+    wait_text(presenter, "#message", "started", 30)
+    attendee.wait_for_selector("#cancel:enabled", timeout=10_000)
+    attendee.click("#cancel")
+    refused(attendee, "#message", "Cancelling")
+    assert host.running()
+    presenter.click("#cancel")
+    assert host.wait_run(30).status == "cancelled"
+    presenter.click("text=Add an endpoint")
+    presenter.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    presenter.click("#connect")  # past the guard: the host tries it
+    wait_text(presenter, "#endpoint-status", "nothing answers at http://127.0.0.1:9", 20)
+    assert "Presenter only:** Restarting engines" in client(url).predict(api_name="/restart")  # no token: refused
+    with_token = Client(url, verbose=False, headers={"X-KVLab-Token": room})
+    assert "nothing to restart" in with_token.predict(api_name="/restart")  # the presenter's call reaches the host
+    attendee.click("text=Presenter sign-in")
+    attendee.fill("#presenter-token input", "not-the-token")
+    attendee.click("#sign-in")
+    wait_text(attendee, "#role", "Not signed in", 20)
+    attendee.fill("#presenter-token input", room)
+    attendee.click("#sign-in")
+    wait_text(attendee, "#role", "Presenter:", 20)
+    attendee.close()
+    presenter.close()
 
 
 @pytest.mark.ui

@@ -35,7 +35,7 @@ from lab.app.seam import Host
 from lab.app.ui_access import Guard, sign_in_line
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
-from lab.app.ui_timer import redraw_on_change
+from lab.app.ui_timer import Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
@@ -294,7 +294,7 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
     Returns:
         The Blocks app (not launched).
     """
-    guard = Guard(access or Access())
+    guard, ticker = Guard(access or Access()), Ticker(TICK_S, QUIET)
     handlers = Handlers(host, guard)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO)
@@ -305,15 +305,16 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
         gr.Markdown(shm_words(), elem_id="shm-warning")
         with gr.Tabs():
             load = _load_tab(host)
-            why = build_why_tab(host, TICK_S, QUIET, guard)
-            kv = build_kv_tab(host, TICK_S, QUIET, guard)
-            sweeps = build_sweep_tab(host, TICK_S, QUIET, guard)
+            why = build_why_tab(host, ticker, guard)
+            kv = build_kv_tab(host, ticker, guard)
+            sweeps = build_sweep_tab(host, ticker, guard)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
         buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
-        _wire_timer(handlers, header, load, results, env, buttons)
+        _wire_timer(handlers, header, load, results, env, buttons, ticker)
+        ticker.wire()  # one timer for every tab's groups
         app.load(handlers.load_runs, None, results.runs, api_visibility="private")
         app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
         app.load(handlers.form_now, None, load.form, api_visibility="private").then(
@@ -436,7 +437,7 @@ def _environment_tab() -> EnvironmentTab:
 
 
 def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
-                buttons: tuple[list, list]) -> None:
+                buttons: tuple[list, list], ticker: Ticker) -> None:
     """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
     (``buttons``: the start buttons and the Cancel buttons of every tab)."""
     starts, stops = buttons
@@ -449,7 +450,7 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.ready_key, handlers.environment, env.shown),
         (handlers.buttons_key, partial(handlers.buttons, len(starts), len(stops)), starts + stops),
     ]
-    redraw_on_change(groups, TICK_S, QUIET)
+    ticker.add(groups)
 
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:

@@ -5,7 +5,8 @@ As in trackio: every tick reads a cheap key per group of components (a status st
 a group is redrawn only when its own key changed (the State's change event), so a quiet page costs a few
 attribute reads a second and no figures. A room of pages costs one build per change, not one per page: each
 group's redraw is ``Shared``, built once per value of its key (figures already turned into their JSON) and
-handed to every page that asks while the key holds.
+handed to every page that asks while the key holds. Every tab adds its groups to one ``Ticker``: a page sends
+one tick a second whatever the number of tabs (each tick is a queued event, the server's cost per page).
 """
 
 from __future__ import annotations
@@ -17,6 +18,20 @@ import gradio as gr
 from gradio.components.plot import PlotData
 
 Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
+
+
+class Ticker:
+    """The page's one timer: tabs add their groups while the layout is built; ``wire`` (at the end) wires them."""
+
+    def __init__(self, tick_s: float, quiet: dict):
+        self.tick_s, self.quiet = tick_s, quiet
+        self.groups: list[Group] = []
+
+    def add(self, groups: Sequence[Group]) -> None:
+        self.groups += groups
+
+    def wire(self) -> None:
+        redraw_on_change(self.groups, self.tick_s, self.quiet)
 
 
 def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> None:
