@@ -136,7 +136,9 @@ async def simulate(url: str, sessions: int, report: Path) -> None:
         pages = [Session(http, url, shape, stats) for _ in range(sessions)]
         began = time.monotonic()
         await asyncio.gather(*(page.watch(stop) for page in pages))
-    stats["ticks_per_s_per_page"] = stats["ticks"] / max(1e-9, time.monotonic() - began) / sessions
+    wall = max(1e-9, time.monotonic() - began)
+    stats["ticks_per_s_per_page"] = stats["ticks"] / wall / sessions
+    stats["cpu_s_per_min"] = 60 * time.process_time() / wall  # near 60: the viewers' own CPU held them back
     report.write_text(json.dumps(stats))
 
 
@@ -225,10 +227,11 @@ def row(item: dict) -> str:
     pages = ",".join(f"{s:.1f}" for s in item["new_page_s"]) or "-"
     counts = item.get("counts", {})
     return (f"{item['viewers']:>7}  {item['page_cpu_s_per_min']:>14.1f}  {item['engines_cpu_s_per_min']:>17.1f}  "
-            f"{item['wall_s']:>6.1f}  {pages:>16}  {counts.get('ticks_per_s_per_page', 0):>9.2f}  {rates}")
+            f"{item['wall_s']:>6.1f}  {pages:>16}  {counts.get('ticks_per_s_per_page', 0):>9.2f}  "
+            f"{counts.get('cpu_s_per_min', 0):>10.1f}  {rates}")
 
 
-HEADER = ("viewers  page CPU s/min  engines CPU s/min  wall s  new page status s  ticks/s/pg  "
+HEADER = ("viewers  page CPU s/min  engines CPU s/min  wall s  new page status s  ticks/s/pg  viewers' CPU  "
           "output tok/s per engine@users: mean [low-high over repeats]")
 
 
