@@ -5,6 +5,8 @@
 The page is served at once and shows loading progress while the engines start. The engines run in a process of
 their own (lab.app.host_process): the page's work never takes the interpreter that drives them. On a Hugging Face
 Space (SPACE_ID set) it binds 0.0.0.0:7860 as Spaces expect. KVLAB_MODEL names a model like --model.
+Served beyond 127.0.0.1 (or with --share) one presenter commands the lab: the token comes from
+KVLAB_PRESENTER_TOKEN or is made here and printed in the presenter's link (lab.app.access; docs/space.md).
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.model is None:
         ensure_embedded_package()
+    from lab.app.access import Access
     from lab.app.host_process import HostGone, RemoteHost
     from lab.app.ui import build_app
 
     try:
+        access = Access.for_app(args.host, args.share)
         host = RemoteHost(engine_config_from(args), engines_from(args))
     except (ValueError, HostGone) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -67,7 +71,9 @@ def main(argv=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
     host.start_loading()
-    app = build_app(host)
+    warn_small_shm()
+    announce(access, args)
+    app = build_app(host, access)
     code = 0
     try:
         app.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
@@ -79,6 +85,30 @@ def main(argv=None) -> int:
         code = 1
     stop_now(host, code)
     return code
+
+
+def warn_small_shm() -> None:
+    """Log a warning when /dev/shm is too small for vLLM (the page's header shows it too)."""
+    from lab.environment import shm_warning
+
+    if warning := shm_warning():
+        log.warning("%s", warning)
+
+
+def announce(access, args: argparse.Namespace) -> None:
+    """Say who commands the lab: everyone (127.0.0.1, no token), or the presenter's token and link."""
+    from lab.app.access import TOKEN_ENV
+
+    if access.open:
+        return
+    where = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    if access.made:
+        link = access.link(f"http://{where}:{args.port}")
+        print(f"Presenter's link (attendees open the page without the token): {link}", flush=True)
+    else:
+        log.info("presenter: the token in %s (open the page with ?token=... or sign in at its top)", TOKEN_ENV)
+    if not access.endpoints_on:
+        log.info("endpoints are off on this Space (set KVLAB_ENDPOINTS=1 to allow the presenter to connect them)")
 
 
 def stop_now(host, code: int) -> None:

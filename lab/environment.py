@@ -6,9 +6,12 @@ import functools
 import importlib.metadata
 import os
 import platform
+import shutil
 from dataclasses import asdict, dataclass, field
 
 GIB = 1024**3
+MIN_SHM_BYTES = GIB  # vLLM's processes pass tensors and its step broadcast through /dev/shm; Docker's default of
+#                      64 MiB is the usual trap (vLLM's docs ask for --ipc=host or --shm-size)
 
 
 def gib(n: float) -> str:
@@ -152,3 +155,16 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
+
+
+def shm_warning(path: str = "/dev/shm", min_bytes: int = MIN_SHM_BYTES) -> str:
+    """Why vLLM may lack shared memory here ('' when ``path`` holds at least ``min_bytes``)."""
+    try:
+        total = shutil.disk_usage(path).total
+    except OSError:
+        total = 0
+    if total >= min_bytes:
+        return ""
+    return (f"{path} holds {gib(total)}, below the {gib(min_bytes)} vLLM may need for shared memory between its "
+            f"processes: vLLM may fail to start or stall. Give the container more (docker run --shm-size=2g or "
+            f"--ipc=host; on a Space, see docs/space.md)")

@@ -84,6 +84,30 @@ def test_agreement_warning_only_when_the_engines_disagree():
     assert agreement_warning(None) == ""
 
 
+def test_a_redraw_is_built_once_per_change_and_shared_by_every_page():
+    import gradio as gr
+    import plotly.graph_objects as go
+    from gradio.components.plot import PlotData
+
+    from lab.app.ui_timer import Shared
+
+    version, builds = [0], []
+
+    def redraw():
+        builds.append(version[0])
+        return [f"v{version[0]}", go.Figure(go.Scatter(y=[1, version[0]])), gr.update(value="x", visible=True)]
+
+    shared = Shared(lambda: version[0], redraw, rebuild_s=0.2)
+    pages = [shared() for _ in range(50)]
+    assert builds == [0] and all(isinstance(p[1], PlotData) for p in pages)  # the figure's JSON, made once
+    pages[0][2].pop("value")  # as Gradio does when it sends an update to one page
+    assert shared()[2]["value"] == "x" and pages[1][2] is not pages[0][2]
+    version[0] = 1  # a run moves the key several times a second: the ticks see the last build's key a while
+    assert shared.key_now() == 0 and shared()[0] == "v0" and builds == [0]
+    time.sleep(0.25)
+    assert shared.key_now() == 1 and shared()[0] == "v1" and shared()[0] == "v1" and builds == [0, 1]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,14 +115,23 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def access():
+    """The served app's presenter and endpoint rules: 127.0.0.1, no token (every page the presenter's) unless a
+    test makes it a room (the ``room`` fixture)."""
+    from lab.app.access import Access
+
+    return Access.for_app("127.0.0.1", environ={})
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, access):
     """The app of app.py (same host process, same build_app), served on a free port, engines loaded."""
     from lab.app.ui import build_app
 
     host = RemoteHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
                    db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
     host.start_loading()
-    app = build_app(host)
+    app = build_app(host, access)
     port = free_port()
     app.queue(default_concurrency_limit=8).launch(server_name="127.0.0.1", server_port=port,
                                                   prevent_thread_lock=True, quiet=True)
@@ -382,6 +415,73 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.result.id in stored and "cancelled" in stored[host.result.id]
     first.close()
     second.close()
+
+
+ROOM_TOKEN = "workshop-token-25"
+
+
+@pytest.fixture
+def room(access):
+    """For one test, the served app is a workshop room: a presenter token is set, and a page watches until it
+    shows the token."""
+    access.token = ROOM_TOKEN
+    yield ROOM_TOKEN
+    access.token = None
+    access.presenters.clear()
+
+
+def refused(page, selector, action):
+    """Wait for ``selector`` to show the presenter-only refusal of ``action``."""
+    wait_text(page, selector, f"Presenter only: {action} is the presenter's", 20)
+
+
+@pytest.mark.ui
+def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_can(served, browser, room):
+    from gradio_client import Client
+
+    host, url = served
+    attendee = open_ready(browser, url)
+    wait_text(attendee, "#role", "Watching", 20)
+    submit(attendee, "1", 8, 1)
+    refused(attendee, "#message", "Starting a run")
+    assert not host.running()
+    attendee.click("text=Add an endpoint")
+    attendee.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    attendee.click("#connect")
+    refused(attendee, "#endpoint-status", "Connecting an endpoint")
+    presenter = open_ready(browser, f"{url}?token={room}")
+    wait_text(presenter, "#role", "Presenter:", 20)
+    assert "token=" not in presenter.url  # the page drops it from the address bar
+    submit(presenter, "4", 64, 5)
+    wait_text(presenter, "#message", "started", 30)
+    attendee.wait_for_selector("#cancel:enabled", timeout=10_000)
+    attendee.click("#cancel")
+    refused(attendee, "#message", "Cancelling")
+    assert host.running()
+    presenter.click("#cancel")
+    assert host.wait_run(30).status == "cancelled"
+    deadline = time.monotonic() + 10
+    while host.running() and time.monotonic() < deadline:  # the cancelled run's task ends just after its result
+        time.sleep(0.1)
+    presenter.click("text=Add an endpoint")
+    presenter.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    presenter.click("#connect")  # past the guard: the host tries it
+    try:
+        wait_text(presenter, "#endpoint-status", "nothing answers at http://127.0.0.1:9", 20)
+    except Exception as exc:
+        raise AssertionError(f"endpoint status: {presenter.inner_text('#endpoint-status')!r}") from exc
+    assert "Presenter only:** Restarting engines" in client(url).predict(api_name="/restart")  # no token: refused
+    with_token = Client(url, verbose=False, headers={"X-KVLab-Token": room})
+    assert "nothing to restart" in with_token.predict(api_name="/restart")  # the presenter's call reaches the host
+    attendee.click("text=Presenter sign-in")
+    attendee.fill("#presenter-token input", "not-the-token")
+    attendee.click("#sign-in")
+    wait_text(attendee, "#role", "Not signed in", 20)
+    attendee.fill("#presenter-token input", room)
+    attendee.click("#sign-in")
+    wait_text(attendee, "#role", "Presenter:", 20)
+    attendee.close()
+    presenter.close()
 
 
 @pytest.mark.ui

@@ -270,6 +270,8 @@ def environment_markdown(env: dict) -> str:
     for note in env["memory_plan"]["notes"]:
         lines.append(f"- {note}")
     lines.append(f"**Status:** {env['load_status']}")
+    if env.get("shm_warning"):
+        lines.append(f"**Warning:** {env['shm_warning']}.")
     lines.append("### Do the engines agree?\n\n" + agreement_markdown(env.get("agreement")))
     return "\n\n".join(lines)
 

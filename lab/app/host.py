@@ -18,7 +18,7 @@ from lab.app.health import MAX_DEATHS, EngineDoctor
 from lab.app.runner import TaskRunner, poll_until
 from lab.app.seam import LoadStatus
 from lab.config import Endpoint, EngineConfig, RunPlan
-from lab.environment import process_rss_bytes, read_device, versions
+from lab.environment import process_rss_bytes, read_device, shm_warning, versions
 from lab.estimate import HISTORY_RUNS, Estimate, estimate_run, history
 from lab.memory import kv_fit_warning
 from lab.runs import RunResult, wall_s
@@ -301,6 +301,7 @@ class LabHost:
             "health": self.health(),
             "process_rss_bytes": process_rss_bytes(),
             "load_status": self.status_text(),
+            "shm_warning": shm_warning(),
         }
 
     def agreement(self) -> dict | None:

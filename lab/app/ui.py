@@ -10,6 +10,7 @@ the environment when the engines become ready.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass, fields
 from functools import partial
@@ -18,6 +19,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from lab.app.access import Access
 from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
@@ -38,11 +40,13 @@ from lab.app.dashboard import (
     stored_view,
 )
 from lab.app.seam import Host
+from lab.app.ui_access import Guard, sign_in_line
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
-from lab.app.ui_timer import redraw_on_change
+from lab.app.ui_timer import Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
+from lab.environment import shm_warning
 from lab.estimate import estimate_text
 from lab.load.workloads import WORKLOADS
 from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
@@ -74,11 +78,17 @@ QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven
 HIDDEN = {"show_progress": "hidden"}  # an API event whose answer comes at once: no "0.1s" timer over its line
 
 
+def shm_words() -> str:
+    """The header's /dev/shm warning ('' when there is room; the page's process shares the engines' machine)."""
+    warning = shm_warning()
+    return f"**Warning:** {warning}." if warning else ""
+
+
 class Handlers:
     """Every event handler of the page, over one Host: actions, change keys and the redraws they gate."""
 
-    def __init__(self, host: Host):
-        self.host = host
+    def __init__(self, host: Host, guard: Guard | None = None):
+        self.host, self.guard = host, guard or Guard(Access())  # default: every page the presenter's
 
     # -- actions -------------------------------------------------------------------------------
     def start_run(self, *values) -> str:
@@ -153,6 +163,9 @@ class Handlers:
                                 model=(model or "").strip() or None, api_key=key or None)  # never the host's own key
         except ValueError as exc:
             return f"**Input error:** {exc}", gr.skip()
+        refusal = self.guard.access.endpoint_refusal(endpoint.base_url)
+        if refusal:
+            return f"**Not connected:** {refusal}", gr.skip()
         connected, message = self.host.connect_endpoint(endpoint)
         if not connected:
             return f"**Not connected:** {message}", gr.skip()
@@ -163,9 +176,13 @@ class Handlers:
         return self.host.cancel()
 
     def run_and_wait(self, engines: str, users: str, workload: str, output_len: float, requests_per_user: float,
-                     repeats: float = 1, rate: float = 0, slo: str = "") -> str:
+                     repeats: float = 1, rate: float = 0, slo: str = "", request: gr.Request = None) -> str:
         """Start a run, wait for it to end, and return its summary.json (for API clients); the numbers are floats
-        so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error)."""
+        so that the lab's rule, not the API's rounding, answers a fraction (the page's words, as an error). The
+        presenter's only (the token in the X-KVLab-Token header)."""
+        refusal = self.guard.refusal("Starting a run", request)
+        if refusal:
+            return json.dumps({"error": refusal})
         names = [e.strip() for e in engines.split(",") if e.strip()]
         try:
             plan = plan_from_inputs(self.host.config, engines=names, users=users, workload=workload,
@@ -338,34 +355,40 @@ class EnvironmentTab:
     refresh: gr.Button
 
 
-def build_app(host: Host) -> gr.Blocks:
+def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
     """Lay out the dashboard and wire it to ``host``.
 
     Args:
         host: The engine host (loading or loaded).
+        access: Who may command it and where endpoints may point (default: 127.0.0.1, every page the presenter).
 
     Returns:
         The Blocks app (not launched).
     """
-    handlers = Handlers(host)
+    quiet_queue_analytics()
+    guard, ticker = Guard(access or Access()), Ticker(TICK_S, QUIET)
+    handlers = Handlers(host, guard)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO, elem_id="intro")
+        sign_in_line(app, guard)
         with gr.Row(equal_height=False):  # the status line and, beside it, the busy line (with the page's style)
             status = gr.Markdown(host.status_text(), elem_id="load-status")
             busy = gr.HTML(PAGE_STYLE, elem_id="busy", padding=False)
         header = [status, gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
                   gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
+        gr.Markdown(shm_words(), elem_id="shm-warning")
         with gr.Tabs():
             load = _load_tab(host)
-            why = build_why_tab(host, TICK_S, QUIET)
-            kv = build_kv_tab(host, TICK_S, QUIET)
-            sweeps = build_sweep_tab(host, TICK_S, QUIET)
+            why = build_why_tab(host, ticker, guard)
+            kv = build_kv_tab(host, ticker, guard)
+            sweeps = build_sweep_tab(host, ticker, guard)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
-        header[2].click(handlers.restart, None, [load.message], api_name="restart")
+        header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
         buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
-        _wire_timer(handlers, header + [busy], load, results, env, buttons)
+        _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
+        ticker.wire()  # one timer for every tab's groups
         app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
         app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
         app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
@@ -374,6 +397,14 @@ def build_app(host: Host) -> gr.Blocks:
             handlers.estimate, parts(load.form), [load.estimate], **QUIET)
         gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
+
+
+def quiet_queue_analytics() -> None:
+    """Gradio's queue redoes a summary of its last 10,000 events (a pandas DataFrame) after every queued event, for
+    its monitoring page (13% of the page process's CPU samples with 50 viewers). Once per 1,000 events over the
+    last 1,000 (read when the caller calls ``queue()``; a value set in the environment wins)."""
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", "1000")
+    os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "1000")
 
 
 def _load_tab(host: Host) -> LoadTab:
@@ -505,7 +536,7 @@ def _environment_tab() -> EnvironmentTab:
 
 
 def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
-                buttons: tuple[list, list]) -> None:
+                buttons: tuple[list, list], ticker: Ticker) -> None:
     """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
     (``header``: the status line, the agreement warning, Restart and the busy line; ``buttons``: the start
     buttons and the Cancel buttons of every tab)."""
@@ -522,23 +553,26 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.ready_key, handlers.environment, env.shown),
         (handlers.buttons_key, partial(handlers.buttons, len(starts), len(stops)), starts + stops),
     ]
-    redraw_on_change(groups, TICK_S, QUIET)
+    ticker.add(groups)
 
 
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
+    guard = handlers.guard
+    start_run = guard(handlers.start_run, "Starting a run")
     form = parts(load.form)
-    load.run.click(handlers.start_run, form, [load.message], api_name="start_run", **HIDDEN).then(
+    load.run.click(start_run, form, [load.message], api_name="start_run", **HIDDEN).then(
         handlers.progress_now, None, [load.live.progress], **QUIET)
     for component in form:
         component.change(handlers.estimate, form, [load.estimate], queue=False, **QUIET)
         component.change(handlers.clear_error, [load.message], [load.message], queue=False, **QUIET)
     load.demo.click(handlers.demo_form, None, form, **QUIET).then(
-        handlers.start_run, form, [load.message], **QUIET).then(
+        start_run, form, [load.message], **QUIET).then(
         handlers.progress_now, None, [load.live.progress], **QUIET)
-    load.cancel.click(handlers.cancel, None, [load.message], api_name="cancel", **HIDDEN)
+    load.cancel.click(guard(handlers.cancel, "Cancelling"), None, [load.message], api_name="cancel", **HIDDEN)
     endpoint = load.endpoint
-    endpoint.connect.click(handlers.connect, endpoint.inputs(), [endpoint.answer, load.form.engines],
+    connect = guard(handlers.connect, "Connecting an endpoint", lambda words: (words, gr.skip()))
+    endpoint.connect.click(connect, endpoint.inputs(), [endpoint.answer, load.form.engines],
                            api_visibility="private")  # a page-only action: no API that points the host anywhere
     results.refresh.click(handlers.load_runs, None, results.listed(), api_name="load_runs")
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")

@@ -2,8 +2,8 @@
 
 Pure helpers first (the parameter text -> a dict of strings, the hint under it, the progress line, the
 fields shown), then KvHandlers (small named handlers over one Host), then the layout and its wiring.
-As in lab/app/ui.py, the tab's own gr.Timer writes cheap change keys into gr.State once a second and each
-group of components is redrawn only when its own key changed: the live block picture while an
+As in lab/app/ui.py, the page's one gr.Timer (ui_timer.Ticker) writes the tab's cheap change keys into gr.State
+once a second and each group of components is redrawn only when its own key changed: the live block picture while an
 experiment's load run goes, and the progress line, figure and fields when the experiment's state moves.
 Every figure comes from lab.plots_kv, the functions the notebooks use.
 """
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from lab.app.seam import Host
-from lab.app.ui_timer import redraw_on_change, run_cancel_lines
+from lab.app.ui_access import Guard
+from lab.app.ui_timer import Ticker, run_cancel_lines
 from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
@@ -130,13 +131,13 @@ class KvTab:
     result: list  # progress line, figure, fields: in KvHandlers.result_view's order
 
 
-def build_kv_tab(host: Host, tick_s: float, quiet: dict) -> KvTab:
+def build_kv_tab(host: Host, ticker: Ticker, guard: Guard) -> KvTab:
     """Lay out the KV cache tab (call inside gr.Tabs) and wire it to ``host``.
 
     Args:
         host: The engine host.
-        tick_s: How often the page asks the host whether anything changed.
-        quiet: Options of timer-driven events (no spinner, no API).
+        ticker: The page's timer, which its redraws join.
+        guard: The presenter rule its Run and Cancel go through.
 
     Returns:
         The tab's components.
@@ -144,7 +145,7 @@ def build_kv_tab(host: Host, tick_s: float, quiet: dict) -> KvTab:
     handlers = KvHandlers(host)
     with gr.Tab("KV cache", id="kv"):
         tab = _layout()
-        _wire(handlers, tab, tick_s, quiet)
+        _wire(handlers, tab, ticker, guard)
     return tab
 
 
@@ -169,12 +170,13 @@ def _layout() -> KvTab:
                  live=live, result=[progress, figure, fields])
 
 
-def _wire(handlers: KvHandlers, tab: KvTab, tick_s: float, quiet: dict) -> None:
+def _wire(handlers: KvHandlers, tab: KvTab, ticker: Ticker, guard: Guard) -> None:
     """Buttons and the dropdown; then a timer whose keys gate the live picture and the result."""
     tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private", show_progress="hidden")
-    tab.run.click(handlers.start, [tab.experiment, tab.params], [tab.message], api_name="start_experiment",
-                 show_progress="hidden")
-    tab.cancel.click(handlers.cancel, None, [tab.message], api_name="cancel_experiment", show_progress="hidden")
+    tab.run.click(guard(handlers.start, "Starting an experiment"), [tab.experiment, tab.params], [tab.message],
+                  api_name="start_experiment", show_progress="hidden")
+    tab.cancel.click(guard(handlers.cancel, "Cancelling"), None, [tab.message], api_name="cancel_experiment",
+        show_progress="hidden")
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
               (handlers.result_key, handlers.result_view, tab.result)]
-    redraw_on_change(groups, tick_s, quiet)
+    ticker.add(groups)

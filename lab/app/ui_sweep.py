@@ -1,9 +1,10 @@
 """The "Sweeps" tab: one engine knob over several values (lab.sweeps), run from the page and drawn as it goes.
 
 SweepHandlers are small named handlers over one Host; the layout and wiring follow. As in lab/app/ui.py,
-the tab's own gr.Timer writes cheap change keys into gr.State once a second: the progress line (with the
-load run of the value being measured) redraws on every change, the figure and the points table when a
-value finishes, and the stored sweeps when one ends. The figure is lab.plots_sweep's, the notebooks' too.
+the page's one gr.Timer (ui_timer.Ticker) writes the tab's cheap change keys into gr.State once a second: the
+progress line (with the load run of the value being measured) redraws on every change, the figure and the
+points table when a value finishes, and the stored sweeps when one ends. The figure is lab.plots_sweep's, the
+notebooks' too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pandas as pd
 
 from lab.app.dashboard import progress_text
 from lab.app.seam import Host
-from lab.app.ui_timer import redraw_on_change
+from lab.app.ui_access import Guard
+from lab.app.ui_timer import Ticker
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.status import RunStatus
@@ -120,12 +122,12 @@ class SweepTab:
     files: list  # sweep.json and sweep.csv of the chosen one
 
 
-def build_sweep_tab(host: Host, tick_s: float, quiet: dict) -> SweepTab:
-    """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host``."""
+def build_sweep_tab(host: Host, ticker: Ticker, guard: Guard) -> SweepTab:
+    """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
     handlers = SweepHandlers(host)
     with gr.Tab("Sweeps", id="sweeps"):
         tab = _layout(handlers)
-        _wire(handlers, tab, tick_s, quiet)
+        _wire(handlers, tab, ticker, guard)
     return tab
 
 
@@ -160,14 +162,15 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
                     stored=[stored, chosen], chosen=chosen, files=files)
 
 
-def _wire(handlers: SweepHandlers, tab: SweepTab, tick_s: float, quiet: dict) -> None:
+def _wire(handlers: SweepHandlers, tab: SweepTab, ticker: Ticker, guard: Guard) -> None:
     """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
-    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private",
-                    show_progress="hidden")
-    tab.run.click(handlers.start, tab.form, [tab.message], api_name="start_sweep", show_progress="hidden")
-    tab.cancel.click(handlers.host.cancel, None, [tab.message], api_name="cancel_sweep", show_progress="hidden")
+    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private", show_progress="hidden")
+    tab.run.click(guard(handlers.start, "Starting a sweep"), tab.form, [tab.message], api_name="start_sweep",
+        show_progress="hidden")
+    tab.cancel.click(guard(handlers.host.cancel, "Cancelling"), None, [tab.message], api_name="cancel_sweep",
+        show_progress="hidden")
     tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
               (handlers.points_key, handlers.points, tab.points),
               (handlers.ended_key, handlers.stored, tab.stored)]
-    redraw_on_change(groups, tick_s, quiet)
+    ticker.add(groups)

@@ -3,25 +3,95 @@ task tab's Run, Cancel, message and progress lines.
 
 As in trackio: every tick reads a cheap key per group of components (a status string, an id and a count);
 a group is redrawn only when its own key changed (the State's change event), so a quiet page costs a few
-attribute reads a second and no figures.
+attribute reads a second and no figures. A room of pages costs one build per change, not one per page: each
+group's redraw is ``Shared``, built once per value of its key (figures already turned into their JSON) and
+handed to every page that asks while the key holds; while a run goes its key moves several times a second, so
+a build is at most REBUILD_S old before the next (the tick reads the key of what would be served, so a page never
+keeps a stale build: the newer one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends
+one tick a second whatever the number of tabs (each tick is a queued event, the server's cost per page).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
+REBUILD_S = 0.5  # a shared build serves newer keys for this long: a room's pages, ticking out of phase, build
+#                  twice a second at most, one page still gets every tick's change
+
+
+class Ticker:
+    """The page's one timer: tabs add their groups while the layout is built; ``wire`` (at the end) wires them."""
+
+    def __init__(self, tick_s: float, quiet: dict):
+        self.tick_s, self.quiet = tick_s, quiet
+        self.groups: list[Group] = []
+
+    def add(self, groups: Sequence[Group]) -> None:
+        self.groups += groups
+
+    def wire(self) -> None:
+        redraw_on_change(self.groups, self.tick_s, self.quiet)
 
 
 def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> None:
     """Wire one timer for ``groups`` (call inside the Blocks)."""
     keys = [gr.State(None) for _ in groups]
+    shown = [redraw if inputs else Shared(key, redraw) for key, redraw, _, *inputs in groups]  # one that reads
+    #        the page's own values is the page's own
+    read = [getattr(fn, "key_now", group[0]) for fn, group in zip(shown, groups, strict=True)]
     # queued: only a queued event reports which States it changed, and so fires their change events
-    gr.Timer(tick_s).tick(lambda: [group[0]() for group in groups], None, keys, **quiet)
-    for state, (_, redraw, outputs, *inputs) in zip(keys, groups, strict=True):
-        state.change(redraw, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+    gr.Timer(tick_s).tick(lambda: [key() for key in read], None, keys, **quiet)
+    for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):
+        state.change(fn, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+
+
+class Shared:
+    """A redraw built once per value of its key and shared by every page (thread-safe: a page that asks while
+    another builds waits for that build)."""
+
+    def __init__(self, key: Callable, redraw: Callable, rebuild_s: float = REBUILD_S):
+        self.key, self.redraw, self.rebuild_s = key, redraw, rebuild_s
+        self.__name__ = getattr(redraw, "__name__", "redraw")
+        self._lock = threading.Lock()
+        self._built: tuple | None = None  # (key, outputs, when)
+
+    def key_now(self):
+        """The key a tick should see: the host's, unless the last build is younger than ``rebuild_s`` (then that
+        build's key: the newer state is drawn at a later tick)."""
+        key, built = self.key(), self._built
+        if built is None or built[0] == key or time.monotonic() - built[2] >= self.rebuild_s:
+            return key
+        return built[0]
+
+    def __call__(self):
+        key = self.key()
+        with self._lock:
+            built = self._built
+            if built is None or (built[0] != key and time.monotonic() - built[2] >= self.rebuild_s):
+                self._built = built = (key, prepared(self.redraw()), time.monotonic())
+            return handed_out(built[1])
+
+
+def prepared(outputs):
+    """Outputs with every Plotly figure turned into the JSON a page gets (once, not once per page)."""
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(prepared(value) for value in outputs)
+    if type(outputs).__module__.startswith("plotly"):
+        return PlotData(type="plotly", plot=outputs.to_json())
+    return outputs
+
+
+def handed_out(outputs):
+    """A copy of the outputs' update dicts (Gradio pops their value as it sends one to a page)."""
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(handed_out(value) for value in outputs)
+    return dict(outputs) if isinstance(outputs, dict) else outputs
 
 
 def run_cancel_lines(prefix: str, idle: str) -> tuple:

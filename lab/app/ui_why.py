@@ -3,7 +3,7 @@
 Pure helpers first (the progress line, the factors table), then WhyHandlers over one Host, then the layout
 and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the turns
 measured, and it is stored with the other experiments; the tab lists the stored ladders. As in lab/app/ui_kv.py,
-the tab's gr.Timer writes a cheap change key and the figure, caption and table are redrawn only when it moved.
+the page's one gr.Timer writes a cheap change key and the figure, caption and table are redrawn only when it moved.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import gradio as gr
 import pandas as pd
 
 from lab.app.seam import Host
-from lab.app.ui_timer import redraw_on_change, run_cancel_lines
+from lab.app.ui_access import Guard
+from lab.app.ui_timer import Ticker, run_cancel_lines
 from lab.config import whole
 from lab.experiments import parse_params
 from lab.experiments.why import PRESET_WORDS, PRESETS
@@ -121,8 +122,8 @@ class WhyTab:
     result: list  # progress, figure, caption, factors: in WhyHandlers.result_view's order
 
 
-def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
-    """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host``."""
+def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
+    """Lay out the Why tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
     handlers = WhyHandlers(host)
     with gr.Tab("Why", id="why"):
         gr.Markdown(INTRO)
@@ -141,10 +142,12 @@ def build_why_tab(host: Host, tick_s: float, quiet: dict) -> WhyTab:
             stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    run.click(handlers.start, [preset, repeats, rungs], [message], api_name="start_ladder", show_progress="hidden")
-    cancel.click(handlers.cancel, None, [message], api_name="cancel_ladder", show_progress="hidden")
+    run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs], [message], api_name="start_ladder",
+        show_progress="hidden")
+    cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder",
+        show_progress="hidden")
     refresh.click(handlers.stored, None, [stored], api_visibility="private")
     stored.change(handlers.show_stored, [stored], [figure, caption, factors], api_visibility="private")
-    redraw_on_change([(handlers.result_key, handlers.result_view, tab.result),
-                      (handlers.ended_key, handlers.stored, [stored])], tick_s, quiet)
+    ticker.add([(handlers.result_key, handlers.result_view, tab.result),
+                (handlers.ended_key, handlers.stored, [stored])])
     return tab

@@ -1,0 +1,289 @@
+"""What do watching pages cost the server? N viewers simulated at the protocol level beside a short real run.
+
+Starts app.py on 127.0.0.1 (the engines and engine options given) and, for each viewer count, a viewer process
+pinned to one CPU (--viewer-cpu) that holds N page sessions and does what each page's JavaScript does, with no
+browser: every second it joins each gr.Timer's tick (queued: POST /gradio_api/queue/join, answered on the
+session's stream /gradio_api/queue/data) and, for every State the tick changed, calls that State's change
+events (POST /gradio_api/run/predict): the redraws, figures included. Once the viewers watch, the bench runs the
+plan through /run_and_wait (each level --repeats times) and meters, over the run, the CPU seconds of the app's
+page process (what viewers cost) and of its engine host process with vLLM's processes (what the run costs),
+per minute of wall time. While the run goes it opens --new-pages fresh sessions, one after another, and times
+each one's status line: from GET / to the answer of the status line's redraw (load events, first tick, redraw).
+Prints one row per viewer count and whether the top count's tok/s lies in the lowest count's repeat spread.
+
+Usage: python -m bench.viewers [--viewers 1,10,50] [--engines hf,vllm] [--users 1,4] [--output-len 32]
+       [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpu -1] [--out DIR] [engine options]
+       python -m bench.viewers --simulate URL --sessions N --report FILE   (the viewer process itself)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.dashboard_overhead import cpu_seconds, host_pid, serving_app
+from lab.metrics import tok_s_spreads
+from lab.options import add_engine_args
+
+TICK_S = 1.0  # the page's gr.Timer (lab.app.ui.TICK_S)
+STATUS_ID = "load-status"  # the header's status line
+
+
+# -- the viewer process: N sessions at the protocol level --------------------------------------------
+class AppShape:
+    """What a page's JavaScript reads from /config: the timers' tick events, each State's change events, the
+    load events, and the status line's redraw."""
+
+    def __init__(self, config: dict):
+        deps = config["dependencies"]
+        self.prefix = config.get("api_prefix", "/gradio_api")
+        self.ticks = [d for d in deps if d["backend_fn"] and any(e == "tick" for _, e in d["targets"])]
+        self.loads = [d for d in deps if d["backend_fn"] and any(e == "load" for _, e in d["targets"])]
+        self.changes: dict[int, list[dict]] = {}
+        for d in deps:
+            for target, event in d["targets"]:
+                if event == "change" and d["backend_fn"]:
+                    self.changes.setdefault(target, []).append(d)
+        status = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == STATUS_ID)
+        self.status_fn = next(d["id"] for ds in self.changes.values() for d in ds if status in d["outputs"])
+
+
+class Session:
+    """One page: its session hash, and its calls."""
+
+    def __init__(self, http, url: str, shape: AppShape, stats: dict):
+        self.http, self.url, self.shape, self.stats = http, url.rstrip("/"), shape, stats
+        self.hash = secrets.token_hex(6)
+
+    def body(self, dep: dict, trigger: int | None) -> dict:
+        return {"data": [None] * len(dep["inputs"]), "event_data": None, "fn_index": dep["id"],
+                "trigger_id": trigger, "session_hash": self.hash}
+
+    async def queued(self, deps: list[dict]) -> list[int]:
+        """Join ``deps`` on the queue and read this session's stream until all are answered; the changed States."""
+        for dep in deps:
+            reply = await self.http.post(f"{self.url}{self.shape.prefix}/queue/join", json=self.body(dep, None))
+            reply.raise_for_status()
+        changed: list[int] = []
+        async with self.http.stream("GET", f"{self.url}{self.shape.prefix}/queue/data",
+                                    params={"session_hash": self.hash}) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+                    changed += (message.get("output") or {}).get("changed_state_ids") or []
+                    self.stats["errors"] += message.get("success") is False
+        return changed
+
+    async def redraw(self, state: int) -> set[int]:
+        """Call the change events of ``state`` (unqueued, as the page does); the function ids called."""
+        called = set()
+        for dep in self.shape.changes.get(state, []):
+            reply = await self.http.post(f"{self.url}{self.shape.prefix}/run/predict", json=self.body(dep, state))
+            self.stats["errors"] += reply.status_code != 200
+            self.stats["redraws"] += 1
+            called.add(dep["id"])
+        return called
+
+    async def tick(self) -> set[int]:
+        """One timer tick of every timer, then the redraws it asked for; the function ids redrawn."""
+        changed = await self.queued(self.shape.ticks)
+        self.stats["ticks"] += 1
+        done = await asyncio.gather(*(self.redraw(state) for state in changed))
+        return set().union(*done)
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Tick every TICK_S until stopped (a slow tick delays the next, as a page's timer does)."""
+        while not stop.is_set():
+            began = time.monotonic()
+            with contextlib.suppress(Exception):
+                await self.tick()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, TICK_S - (time.monotonic() - began)))
+
+
+async def new_page_status_s(http, url: str, shape: AppShape) -> float:
+    """Seconds from a fresh page's GET / to its status line's redraw answered (load events, then ticks)."""
+    began = time.monotonic()
+    (await http.get(url)).raise_for_status()
+    page = Session(http, url, shape, {"ticks": 0, "redraws": 0, "errors": 0})
+    await page.queued(shape.loads)
+    await asyncio.sleep(TICK_S)  # a gr.Timer first ticks one period after the page loads
+    while shape.status_fn not in await page.tick():
+        await asyncio.sleep(TICK_S)
+    return time.monotonic() - began
+
+
+async def simulate(url: str, sessions: int, report: Path) -> None:
+    """Hold ``sessions`` pages until SIGTERM; then write their counts to ``report``."""
+    import httpx
+
+    stop, stats = asyncio.Event(), {"ticks": 0, "redraws": 0, "errors": 0, "sessions": sessions}
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    limits = httpx.Limits(max_connections=4 * sessions + 8, max_keepalive_connections=4 * sessions + 8)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0), limits=limits) as http:
+        shape = AppShape((await http.get(f"{url.rstrip('/')}/config")).json())
+        pages = [Session(http, url, shape, stats) for _ in range(sessions)]
+        began = time.monotonic()
+        await asyncio.gather(*(page.watch(stop) for page in pages))
+    wall = max(1e-9, time.monotonic() - began)
+    stats["ticks_per_s_per_page"] = stats["ticks"] / wall / sessions
+    stats["cpu_s_per_min"] = 60 * time.process_time() / wall  # near 60: the viewers' own CPU held them back
+    report.write_text(json.dumps(stats))
+
+
+# -- the bench: the app, the viewer processes, the runs ----------------------------------------------
+def engines_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the engine host process and everything it started (vLLM's engine core and workers)."""
+    import psutil
+
+    total = cpu_seconds(pid)
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += sum(child.cpu_times()[:2])
+    return total
+
+
+@contextlib.contextmanager
+def viewers(url: str, count: int, cpu: int, out: Path):
+    """A viewer process holding ``count`` sessions on CPU ``cpu``; yields the path its counts land in."""
+    report = out / f"viewers-{count}.json"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.viewers", "--simulate", url, "--sessions", str(count),
+                             "--report", str(report)], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    try:
+        yield report
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def timed_new_pages(url: str, count: int, found: list) -> None:
+    """Open ``count`` fresh pages one after another, appending each one's status-line seconds to ``found``."""
+    import httpx
+
+    async def pages():
+        async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as http:
+            shape = AppShape((await http.get(f"{url.rstrip('/')}/config")).json())
+            for _ in range(count):
+                found.append(await new_page_status_s(http, url, shape))
+
+    asyncio.run(pages())
+
+
+def one_count(count: int, url: str, client, meters: dict, args) -> dict:
+    """The plan run once with ``count`` viewers watching: tok/s, CPU per minute, new pages' status seconds."""
+    with viewers(url, count, args.viewer_cpu, Path(args.out)) as report:
+        time.sleep(args.watch_s)
+        cpu, began, opened = {name: meter() for name, meter in meters.items()}, time.monotonic(), []
+        pager = threading.Thread(target=timed_new_pages, args=(url, args.new_pages, opened), daemon=True)
+        pager.start()
+        summary = json.loads(client.predict(args.engines, args.users, args.workload, args.output_len,
+                                            args.requests_per_user, args.repeats, api_name="/run_and_wait"))
+        wall = time.monotonic() - began
+        used = {name: meter() - cpu[name] for name, meter in meters.items()}
+        pager.join(120)
+    if summary.get("error"):
+        raise RuntimeError(summary["error"])
+    counts = json.loads(report.read_text()) if report.exists() else {}
+    return {"viewers": count, "wall_s": wall, "runs": summary["runs"], "new_page_s": opened, "counts": counts,
+            **{f"{name}_cpu_s_per_min": 60 * used[name] / wall for name in used}}
+
+
+def measure(args) -> list[dict]:
+    """Every viewer count in turn on one app; written to --out/viewers.json after each."""
+    import psutil
+
+    found = []
+    with serving_app(args) as (url, client, _):
+        app_pid = next(p.pid for p in psutil.Process().children() if "app.py" in p.cmdline())
+        host = host_pid(app_pid)
+        meters = {"page": lambda: cpu_seconds(app_pid), "engines": lambda: engines_cpu_seconds(host)}
+        for count in args.viewers:
+            found.append(one_count(count, url, client, meters, args))
+            (Path(args.out) / "viewers.json").write_text(json.dumps(found, indent=1))
+            print(row(found[-1]), flush=True)
+    return found
+
+
+# -- the table -------------------------------------------------------------------------------------
+def levels(found: list[dict]) -> list[tuple[str, int]]:
+    return sorted(tok_s_spreads(found[0]["runs"]))
+
+
+def row(item: dict) -> str:
+    """One viewer count: CPU per minute, the new pages' status seconds, tok/s per level (mean [low-high])."""
+    spreads = tok_s_spreads(item["runs"])
+    rates = "  ".join(f"{e}@{u} {s.mean:.1f} [{s.low:.1f}-{s.high:.1f}]" for (e, u), s in sorted(spreads.items()))
+    pages = ",".join(f"{s:.1f}" for s in item["new_page_s"]) or "-"
+    counts = item.get("counts", {})
+    return (f"{item['viewers']:>7}  {item['page_cpu_s_per_min']:>14.1f}  {item['engines_cpu_s_per_min']:>17.1f}  "
+            f"{item['wall_s']:>6.1f}  {pages:>16}  {counts.get('ticks_per_s_per_page', 0):>9.2f}  "
+            f"{counts.get('cpu_s_per_min', 0):>10.1f}  {rates}")
+
+
+HEADER = ("viewers  page CPU s/min  engines CPU s/min  wall s  new page status s  ticks/s/pg  viewers' CPU  "
+          "output tok/s per engine@users: mean [low-high over repeats]")
+
+
+def verdict(found: list[dict]) -> str:
+    """Whether every level's mean tok/s with the most viewers lies within the fewest viewers' repeat spread."""
+    base, top = tok_s_spreads(found[0]["runs"]), tok_s_spreads(found[-1]["runs"])
+    out = [f"{e}@{u}: {top[(e, u)].mean:.1f} with {found[-1]['viewers']} viewers vs "
+           f"[{s.low:.1f}-{s.high:.1f}] with {found[0]['viewers']}: "
+           f"{'within' if s.low <= top[(e, u)].mean <= s.high else 'OUTSIDE'}" for (e, u), s in sorted(base.items())]
+    worst = max((s for item in found for s in item["new_page_s"]), default=float("nan"))
+    return "\n".join(out + [f"slowest new page's status line: {worst:.1f} s (target 3 s)"])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--viewers", default="1,10,50", help="viewer counts, in turn (comma list)")
+    parser.add_argument("--engines", default="hf,vllm")
+    parser.add_argument("--users", default="1,4")
+    parser.add_argument("--workload", default="mixed")
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--requests-per-user", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--watch-s", type=float, default=8.0, help="viewers watch this long before the run")
+    parser.add_argument("--new-pages", type=int, default=3, help="fresh pages timed during each run")
+    parser.add_argument("--viewer-cpu", type=int, default=-1, help="the CPU the viewer process runs on (-1: last)")
+    parser.add_argument("--ready-timeout-s", type=float, default=600.0)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--simulate", default=None, metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--report", default=None, help=argparse.SUPPRESS)
+    add_engine_args(parser)
+    args = parser.parse_args(argv)
+    args.viewers = [int(v) for v in args.viewers.split(",")]
+    if min(args.viewers) < 1:
+        parser.error(f"--viewers: each count must be >= 1, not {min(args.viewers)}")
+    args.viewer_cpu = sorted(os.sched_getaffinity(0))[args.viewer_cpu]
+    args.out = args.out or tempfile.mkdtemp(prefix="kvlab-viewers-")
+    everything = set(os.sched_getaffinity(0))
+    args.cpus = (everything, everything)  # the app and this bench share every CPU (the viewers: one of them)
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.simulate:
+        asyncio.run(simulate(args.simulate, args.sessions, Path(args.report)))
+        return
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    print(f"app log and viewers.json in {args.out}\n{HEADER}", flush=True)
+    found = measure(args)
+    print(verdict(found))
+
+
+if __name__ == "__main__":
+    main()
