@@ -230,21 +230,40 @@ def ratio_bars(summary: dict) -> go.Figure:
 
 
 def vllm_kv_figure(result: RunResult) -> go.Figure:
-    """vLLM KV blocks used (1 - free/total, vLLM's own stat) vs total, over time."""
+    """vLLM KV blocks used (1 - free/total, vLLM's own stat) vs total, over vLLM's own levels laid end to end (the
+    other engines' turns left out, so that a short vLLM level is not a few seconds of a long run's axis)."""
     info = result.engine_info.get("vllm")
-    samples = [s for lvl in result.levels if lvl.engine == "vllm" for s in lvl.samples]
+    xs, ys = vllm_time(result)
     fig = go.Figure()
-    title = "vLLM KV-cache blocks"
-    if info is not None and info.kv_total_blocks:
-        title += f": {info.kv_total_blocks} blocks x {info.kv_block_size} tokens"
-    if samples:
-        xs = [s.time_s - result.origin_s for s in samples]
-        fig.add_trace(step_line(xs, [used_blocks(s) for s in samples], name="blocks used",
-                                line=dict(color=ENGINE_COLORS["vllm"])))
+    if xs:
+        fig.add_trace(step_line(xs, ys, name="blocks used", line=dict(color=ENGINE_COLORS["vllm"])))
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[info.kv_total_blocks] * 2 if info else [None, None],
                                  mode="lines", name="blocks total", line=dict(dash="dash", color="gray")))
     empty = EMPTY_WORDS["vllm_kv"] if "vllm" in result.plan.engines else "vLLM is not in this run."
-    return _shared_span(_layout(fig, title, "seconds since run start", "blocks", empty), result)
+    return _layout(fig, pool_title(result), "seconds of vLLM's levels, end to end", "blocks", empty)
+
+
+def vllm_time(result: RunResult) -> tuple[list[float], list[int]]:
+    """vLLM's samples on its own clock: each of its levels from its first sample, after the one before it."""
+    xs, ys, offset = [], [], 0.0
+    for level in (lvl for lvl in result.levels if lvl.engine == "vllm" and lvl.samples):
+        start = level.samples[0].time_s
+        xs += [offset + s.time_s - start for s in level.samples]
+        ys += [used_blocks(s) for s in level.samples]
+        offset = xs[-1]
+    return xs, ys
+
+
+def pool_title(result: RunResult) -> str:
+    """The KV plot's title: the pool's blocks, and how it was sized when the lab sized it (computed)."""
+    from lab.engines.vllm import demo_sized_blocks
+
+    info = result.engine_info.get("vllm")
+    if info is None or not info.kv_total_blocks:
+        return "vLLM KV-cache blocks"
+    title = f"vLLM KV-cache blocks: {info.kv_total_blocks} blocks x {info.kv_block_size} tokens"
+    sized = demo_sized_blocks(result.plan.engine)
+    return title + (" (the Workshop demo's top level on average, computed)" if sized == info.kv_total_blocks else "")
 
 
 def kv_tokens_figure(result: RunResult) -> go.Figure:

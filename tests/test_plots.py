@@ -81,10 +81,13 @@ def test_live_figures_of_a_finished_run(run):
     assert [t.showlegend for t in throughput.data] == [True, True, False, False]
     assert [a.text for a in throughput.layout.annotations] == ["1 user", "2 users"]
     assert all(t.x[0] == 0 for t in throughput.data) and "tok/s" in throughput.layout.title.text
-    span = run_span_s(run)  # the other time plots share the run's range
-    assert all(list(f(run).layout.xaxis.range) == [0, span] for f in (vllm_kv_figure, kv_tokens_figure, queue_figure))
+    span = run_span_s(run)  # the other time plots share the run's range; vLLM's KV plot runs on vLLM's own clock
+    assert all(list(f(run).layout.xaxis.range) == [0, span] for f in (kv_tokens_figure, queue_figure))
     vllm = vllm_kv_figure(run)
     assert [t.name for t in vllm.data] == ["blocks used", "blocks total"]
+    levels = [lvl for lvl in run.levels if lvl.engine == "vllm"]  # end to end: vLLM's levels' own seconds
+    own = sum(lvl.samples[-1].time_s - lvl.samples[0].time_s for lvl in levels)
+    assert vllm.data[0].x[0] == 0 and abs(vllm.data[0].x[-1] - own) < 1e-9 and own < span
     assert "64 blocks x 16 tokens" in vllm.layout.title.text
     assert set(vllm.data[0].y) == {16}  # 0.25 x 64 blocks
     kv = kv_tokens_figure(run)  # both engines in tokens: HF's bytes / bytes per token, vLLM's blocks x block size
@@ -192,3 +195,17 @@ def test_a_long_step_line_is_thinned_and_keeps_its_peaks():
     assert len(line.x) <= MAX_POINTS and max(line.y) == 99 and line.x[0] == 0
     short = step_line([0, 1], [3, None])
     assert list(short.y) == [3, None]
+
+
+def test_the_kv_title_says_when_the_lab_sized_vllms_pool(run):
+    """On CUDA with no KV budget the pool is the Workshop demo's top level (computed): the title says so; a pool
+    the user sized is only counted."""
+    import dataclasses
+
+    from lab.config import EngineConfig
+    from lab.plots import pool_title
+
+    cuda = dataclasses.replace(run, plan=dataclasses.replace(run.plan, engine=EngineConfig(device="cuda")))
+    cuda.engine_info = {**run.engine_info, "vllm": dataclasses.replace(run.engine_info["vllm"], kv_total_blocks=1600)}
+    assert pool_title(cuda).endswith("1600 blocks x 16 tokens (the Workshop demo's top level on average, computed)")
+    assert pool_title(run).endswith("64 blocks x 16 tokens")
