@@ -8,20 +8,8 @@
 # Env: USERS (1,5,10,20,64), KV_GIB (8, for sharegpt and chat), DEADLINE_S (540).
 set -uo pipefail
 out=${1:?usage: gpu_room.sh OUT stash|135m|8b [JOBS]}; part=${2:?}; jobs=${3:-sharegpt}
-mkdir -p "$out" /tmp/gg-parts
-[ -f .gpu-pack/c1/part1.sh ] && [ ! -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] && bash .gpu-pack/c1/part1.sh
-for p in .gpu-pack/gguf-*/part-*; do [ -f "$p" ] && cp "$p" /tmp/gg-parts/; done
-[ -d .gpu-pack/model8b ] && mkdir -p /tmp/model8b && cp -r .gpu-pack/model8b/. /tmp/model8b/
-if [ -f .gpu-pack/c2/part2.sh ]; then
-  # shellcheck disable=SC1091
-  source .gpu-pack/c2/part2.sh || exit 3
-elif [ -f /tmp/site/vllm/__init__.py ]; then
-  export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
-         TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-fi
-[ "$part" = stash ] && exit 0
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} VLLM_LOGGING_STREAM=ext://sys.stderr KVLAB_CACHE=/tmp/kvlab
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+# shellcheck disable=SC1091
+source scripts/gpu_stash.sh
 common=(--device cuda)
 if [ "$part" = 135m ]; then
   if [ ! -f /tmp/kvlab/models/SmolLM2-135M-Instruct-bf16/config.json ]; then
