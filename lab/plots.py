@@ -29,7 +29,8 @@ ENGINE_LABELS = {"hf": "HF generate (static batch)", "vllm": "vLLM (paged, conti
                  "hf-cb": "HF continuous batching (paged)", "vllm-engine": "vLLM engine loop (no async front end)"}
 # where a legend names several lines per engine
 SHORT_LABELS = SHORT_NAMES
-ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb", "hf-cb": "#f3a712", "vllm-engine": "#0b6e69"}
+ENGINE_COLORS = {"hf": "#e4572e", "vllm": "#17bebb", "hf-cb": "#f3a712", "vllm-engine": "#0b6e69",
+                 "hf-static": "#8f3985"}
 FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
                   "(the served engine streams every token through it)")
 RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}

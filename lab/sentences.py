@@ -274,6 +274,90 @@ def waste_answer(fields: dict) -> list[str]:
     return lines
 
 
+KIND_NAMES = {"reservation": "reservation", "internal": "internal fragmentation",
+              "external": "external fragmentation"}
+ENGINE_LABELS = {"hf": "HF", "hf-static": "HF with a static cache", "vllm": "vLLM"}
+
+
+def kinds_answer(fields: dict) -> list[str]:
+    """The three kinds of waste side by side (measured), the engine that kept the most of its KV holding tokens,
+    each engine's largest kind and why, then the vLLM paper's published shares beside this run's."""
+    engines = [e for e in ("hf-static", "hf", "vllm") if (fields.get(e) or {}).get("kinds_pct", {}).get("real")
+               is not None]
+    if not engines:
+        return ["No engine held KV long enough to split its memory by kind."]
+    lines = [_kinds_line(e, fields[e]["kinds_pct"]) for e in engines]
+    best = max(engines, key=lambda e: fields[e]["kinds_pct"]["real"])
+    lines.append(f"{ENGINE_LABELS[best]} kept the largest share of its KV holding tokens here.")
+    lines += [_largest_kind(e, fields) for e in engines]
+    return [line for line in lines if line] + _paper_lines(fields)
+
+
+def _kinds_line(engine: str, kinds: dict) -> str:
+    said = (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; reservation "
+            f"{kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external fragmentation "
+            f"{kinds['external']} % (memory x time, measured)")
+    if engine == "vllm":
+        return said + ": it reserves nothing ahead and leaves no gaps by design (a block is taken when a token " \
+                      "needs it, and any free block serves any request)."
+    return said + "."
+
+
+def _largest_kind(engine: str, fields: dict) -> str:
+    """Why an engine's largest kind of waste was what it was, from the run's own shapes."""
+    kinds = fields[engine]["kinds_pct"]
+    kind = max(KIND_NAMES, key=lambda k: kinds[k])
+    if not kinds[kind]:
+        return f"{ENGINE_LABELS[engine]} wasted nothing measurable here."
+    head = f"{ENGINE_LABELS[engine]}'s largest waste was {KIND_NAMES[kind]} ({kinds[kind]} %): "
+    if engine == "vllm":
+        return head + _tail_words(fields)
+    if kind == "reservation":
+        return head + (f"every row was reserved for the load's longest request "
+                       f"({fields[engine]['cache_tokens_per_row']} tokens) before its first token, so each running "
+                       f"request's tokens to come sat in slots held for them.")
+    if kind == "external":
+        return head + "batches gathered fewer requests than the cache has rows; the rows left over held no request."
+    if engine == "hf-static":
+        return head + (f"rows reserved for {fields[engine]['cache_tokens_per_row']} tokens whose requests were "
+                       f"shorter, padded, or already finished kept the rest unused until their batch ended.")
+    return head + "prompts padded to the batch's longest and rows whose answer ended while the batch ran on."
+
+
+def _tail_words(fields: dict) -> str:
+    """vLLM's internal fragmentation: the empty tail of each last block, against the requests' own lengths."""
+    block, sizes = fields["vllm"]["block_size"], fields.get("tokens_per_request")
+    said = f"the empty tail of each request's last block of {block} tokens"
+    span = sizes and (f"{sizes['min']}" if sizes["min"] == sizes["max"] else f"{sizes['min']}-{sizes['max']}")
+    if sizes and sizes["max"] < block:
+        return said + (f"; every request here held {span} tokens, fewer than one block, so "
+                       f"most of its one block stayed empty (smaller blocks, such as the 16 vLLM uses on a GPU, "
+                       f"leave less).")
+    if sizes:
+        return said + f"; the requests held {span} tokens, so a last block is partly empty."
+    return said + "."
+
+
+def _paper_lines(fields: dict) -> list[str]:
+    """The vLLM paper's published shares of KV memory holding tokens, beside this run's (measured)."""
+    from lab.experiments.waste import PAPER
+
+    low, high = PAPER["orca"]
+    lines = [f"The vLLM paper found {low}-{high} % of KV memory holding tokens in Orca-style systems, which reserve "
+             f"ahead, and {PAPER['vllm']} % in vLLM (published: Kwon et al., SOSP 2023, Fig. 2)."]
+    static = (fields.get("hf-static") or {}).get("kinds_pct", {}).get("real")
+    if static is not None:
+        where = "within" if low <= static <= high else "below" if static < low else "above"
+        lines.append(f"HF with a static cache kept {static} % here (measured), {where} the paper's Orca range.")
+    vllm = (fields.get("vllm") or {}).get("kinds_pct", {}).get("real")
+    if vllm is not None:
+        near = "close to" if vllm >= PAPER["vllm"] - 5 else "below"
+        lines.append(f"vLLM kept {vllm} % here (measured), {near} the paper's {PAPER['vllm']} %"
+                     + ("." if near == "close to" else f": a last block's empty tail is a larger share of a short "
+                        f"request, and of a block of {fields['vllm']['block_size']} tokens."))
+    return lines
+
+
 # -- the concurrency notebook (03): what users bought each kind of work ------------------------------------------
 def gain_words(gain: float) -> str:
     """A tok/s gain from the fewest users to the most: 'gained 2.31x', or 'lost: its tok/s fell to 0.47x'."""

@@ -35,6 +35,15 @@ def test_waste_paged_blocks_waste_less_than_static_batches(lab, tmp_path):
     result = experiment(lab, "waste", users=8, output_len=24)
     hf, vllm = result.fields["hf"]["waste_pct"], result.fields["vllm"]["waste_pct"]
     assert 0 <= vllm["mean"] < hf["mean"] <= 100
+    static = result.fields["hf-static"]  # every row reserved for the load's longest request, up front
+    assert static["cache_tokens_per_row"] == 512 + 24 and static["kinds_pct"]["reservation"] > 0
+    for name in ("hf", "hf-static", "vllm"):  # the kinds split each engine's held memory x time
+        kinds = result.fields[name]["kinds_pct"]
+        assert sum(kinds.values()) == pytest.approx(100, abs=0.05)
+        assert kinds["internal"] + kinds["reservation"] + kinds["external"] == pytest.approx(
+            result.fields[name]["waste_pct"]["mean"], abs=0.05)
+    assert result.fields["vllm"]["kinds_pct"]["reservation"] == result.fields["hf"]["kinds_pct"]["reservation"] == 0
+    assert static["kinds_pct"]["real"] < result.fields["hf"]["kinds_pct"]["real"]  # reserving ahead holds more
     per_token = 11520 * DTYPE_BYTES[lab.config.resolved_dtype()]  # 2 x 30 layers x 3 KV heads x 64 elements
     assert result.fields["bytes_per_token"] == per_token and "30 layers x 3 KV heads x 64" in \
         result.fields["bytes_per_token_formula"]
@@ -43,6 +52,7 @@ def test_waste_paged_blocks_waste_less_than_static_batches(lab, tmp_path):
     assert saved["experiment"] == "waste" and saved["hf"]["waste_pct"]["mean"] == hf["mean"]
     assert {"model", "device", "engine_args", "versions", "params"} <= set(saved)
     assert paths["csv"].read_text().startswith("engine,time_s,held_tokens,real_tokens")
+    assert {"hf", "hf-static", "vllm"} == {row["engine"] for row in result.rows}
 
 
 def test_blocks_derived_picture_agrees_with_vllms_count(lab):

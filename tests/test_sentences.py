@@ -126,3 +126,46 @@ def test_the_queue_and_fanout_answers_follow_their_runs():
     assert "did not show in TTFT" in queue_answer(point(1, 0.2, 0.03), point(256, 0.19, 0.03), "4")
     assert fanout_answer({"prefix_hit_tokens": 384}).startswith("Four separate requests of the same prompt shared")
     assert "found nothing in the prefix cache" in fanout_answer({"prefix_hit_tokens": 0})
+
+
+# Two recorded waste runs on this CPU (4 users x 3 requests): `spread`, where vLLM kept the most of its KV holding
+# tokens, and `equal` at 24 tokens, where HF's dynamic batches wasted nothing and vLLM's 128-token blocks the most.
+SPREAD = {"hf": {"kinds_pct": {"real": 42.14, "reservation": 0.0, "internal": 57.86, "external": 0.0}},
+          "hf-static": {"kinds_pct": {"real": 22.8, "reservation": 10.54, "internal": 66.66, "external": 0.0},
+                        "cache_tokens_per_row": 160},
+          "vllm": {"kinds_pct": {"real": 44.82, "reservation": 0.0, "internal": 55.18, "external": 0.0},
+                   "block_size": 128},
+          "tokens_per_request": {"min": 37, "max": 104}}
+EQUAL = {"hf": {"kinds_pct": {"real": 100.0, "reservation": 0.0, "internal": 0.0, "external": 0.0}},
+         "hf-static": {"kinds_pct": {"real": 32.7, "reservation": 22.66, "internal": 44.64, "external": 0.0},
+                       "cache_tokens_per_row": 56},
+         "vllm": {"kinds_pct": {"real": 14.79, "reservation": 0.0, "internal": 85.21, "external": 0.0},
+                  "block_size": 128},
+         "tokens_per_request": {"min": 31, "max": 31}}
+
+
+def test_the_kinds_answer_follows_each_runs_shares_and_sets_them_beside_the_paper():
+    from lab.sentences import kinds_answer
+
+    spread, equal = " ".join(kinds_answer(SPREAD)), " ".join(kinds_answer(EQUAL))
+    assert "HF with a static cache: 22.8 % of the KV it held held tokens; reservation 10.54 %" in spread
+    assert "vLLM kept the largest share" in spread and "HF kept the largest share" in equal
+    assert "HF wasted nothing measurable here" in equal and "HF wasted nothing" not in spread
+    assert "every request here held 31 tokens, fewer than one block" in equal
+    assert "20.4-38.2 %" in spread and "kept 22.8 % here (measured), within the paper's Orca range" in spread
+    assert "vLLM kept 14.79 % here (measured), below the paper's 96.3 %" in equal
+
+
+def test_the_kinds_answer_names_reservation_and_spare_rows_when_they_lead():
+    from lab.sentences import kinds_answer
+
+    reserved = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 50.0, "internal": 15.0, "external": 5.0},
+                              "cache_tokens_per_row": 560},
+                "vllm": {"kinds_pct": {"real": 97.0, "reservation": 0.0, "internal": 3.0, "external": 0.0},
+                         "block_size": 16}, "tokens_per_request": {"min": 300, "max": 560}}
+    text = " ".join(kinds_answer(reserved))
+    assert "largest waste was reservation (50.0 %): every row was reserved for the load's longest request (560" in text
+    assert "vLLM kept 97.0 % here (measured), close to the paper's 96.3 %." in text and "below the paper" not in text
+    spare = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 10.0, "internal": 20.0, "external": 40.0},
+                           "cache_tokens_per_row": 160}}
+    assert "rows left over held no request" in " ".join(kinds_answer(spare))
