@@ -274,6 +274,23 @@ def waste_answer(fields: dict) -> list[str]:
     return lines
 
 
+def waste_change(first: dict, second: dict, names: tuple[str, str]) -> str:
+    """Two waste runs on different loads: whose time-weighted waste moved more (measured), in points."""
+    moves = {e: second[e]["waste_pct"]["mean"] - first[e]["waste_pct"]["mean"] for e in ("hf", "vllm")
+             if (first.get(e) or {}).get("waste_pct", {}).get("mean") is not None
+             and (second.get(e) or {}).get("waste_pct", {}).get("mean") is not None}
+    if len(moves) < 2:
+        return "One of the runs measured no waste for an engine: nothing to compare."
+    said = "; ".join(f"{ENGINE_LABELS[e]}'s {_points(v)}" for e, v in moves.items())
+    more = max(moves, key=lambda e: abs(moves[e]))
+    return (f"From `{names[0]}` to `{names[1]}` {said} (time-weighted waste, measured): {ENGINE_LABELS[more]}'s "
+            f"waste changed more.")
+
+
+def _points(change: float) -> str:
+    return "did not move" if abs(change) < 0.05 else f"{'rose' if change > 0 else 'fell'} {abs(change):.1f} points"
+
+
 KIND_NAMES = {"reservation": "reservation", "internal": "internal fragmentation",
               "external": "external fragmentation"}
 ENGINE_LABELS = {"hf": "HF", "hf-static": "HF with a static cache", "vllm": "vLLM"}
@@ -406,6 +423,72 @@ def table_answer(fields: dict) -> list[str]:
     if shared:
         lines.append(f"{len(shared)} block(s) were held by several requests at once (up to {max(shared.values())}): "
                      f"the shared prompt prefix, computed once and reused by prefix caching.")
+    return lines
+
+
+# -- the prefix-caching notebook (05): hits measured beside the block rule's, and what they did to TTFT ---------
+def prefix_answer(fields: dict, shared_tokens: int) -> list[str]:
+    """Each order's hit rate (measured) beside the block rule's (computed), why they differ or agree, and whether
+    the order changed time to first token beyond the repeats' spread."""
+    first, last = fields["first"], fields["last"]
+    if first["hit_rate"] is None or last["hit_rate"] is None:
+        return ["vLLM reported no prefix-cache lookups for one of the orders: nothing to compare."]
+    lines = [_order_line(order, fields[order]) for order in ("first", "last")]
+    block, blocks = fields["block_size"], first["computed"]["full_blocks"]
+    lines.append(f"vLLM hashes each full block of {block} tokens together with everything before it, so a block "
+                 f"matches only if the whole prompt up to its end matches: the {shared_tokens} shared tokens fill "
+                 f"{blocks} full block(s) (computed), which only the constant-first order puts at every prompt's "
+                 f"start.")
+    if first["hit_rate"] > last["hit_rate"]:
+        lines.append(f"So the constant-first order found {first['hit_rate']:.0%} of its prompt tokens cached and the "
+                     f"constant-last order {last['hit_rate']:.0%}.")
+    else:
+        lines.append(f"Here the constant-first order found no more cached ({first['hit_rate']:.0%}) than the last "
+                     f"({last['hit_rate']:.0%}): no full block of the shared part came first in every prompt.")
+    return lines + [ttft_words(fields)]
+
+
+def _order_line(order: str, f: dict) -> str:
+    rule = f["computed"]["hit_rate"]
+    said = (f"Constant block {order}: {f['hit_rate']:.0%} of the {f['queried_tokens']:,} prompt tokens looked up hit "
+            f"the cache (measured); the block rule gives {rule:.0%} (computed)")
+    if abs(f["hit_rate"] - rule) <= 0.05:
+        return said + ": the two agree."
+    if f["hit_rate"] < rule:
+        return said + ": fewer hit than the rule allows (requests that ran at once each computed the shared blocks " \
+                      "before either was cached)."
+    return said + ": more hit than the rule allows (some prompts' own parts began alike)."
+
+
+def ttft_words(fields: dict) -> str:
+    """Whether the constant-last order's TTFT differed from the constant-first's beyond the repeats' spread."""
+    ratio, spread = fields.get("ttft_last_over_first"), fields.get("ttft_ratio_spread")
+    first, last = (fields[o]["ttft_p50_s"] for o in ("first", "last"))
+    if not ratio:
+        return "No TTFT to compare."
+    said = f"TTFT p50 {first * 1000:.0f} ms first vs {last * 1000:.0f} ms last, {ratio:.2f}x (measured"
+    said += f"; repeats {spread['low']:.2f}-{spread['high']:.2f}x, n={spread['n']})" if spread and spread["n"] > 1 \
+        else ", one repeat)"
+    if spread and spread["n"] > 1 and spread["low"] <= 1 <= spread["high"]:
+        return said + ": the repeats straddle 1, so the order made no measured difference to the first token here."
+    if ratio > 1:
+        return said + ": with its prefix cached, a request computed only its own tokens before its first token."
+    return said + ": the constant-last order was not slower here; with prompts this short a step's fixed cost hides " \
+                  "the cached tokens."
+
+
+def short_prefix_answer(short: dict, long: dict, tokens: tuple[int, int]) -> list[str]:
+    """The exercise: a shared part shorter than a block against the first run's (measured and computed)."""
+    a, b = short["first"], long["first"]
+    lines = [f"Constant block first: {a['hit_rate']:.0%} hit with {tokens[0]} shared tokens, {b['hit_rate']:.0%} "
+             f"with {tokens[1]} (measured)."]
+    blocks, block = a["computed"]["full_blocks"], short["block_size"]
+    if blocks == 0:
+        verb = "so nothing could be reused" if a["hit_rate"] <= 0.05 else "yet some tokens hit"
+        lines.append(f"{tokens[0]} tokens fill no full block of {block} (computed): only full blocks are cached, "
+                     f"{verb}. Put long, constant instructions first and make them at least a block long.")
+    else:
+        lines.append(f"{tokens[0]} tokens still fill {blocks} full block(s) of {block} (computed): those are reused.")
     return lines
 
 

@@ -63,10 +63,14 @@ def test_blocks_derived_picture_agrees_with_vllms_count(lab):
 
 
 def test_prefix_constant_block_first_hits_the_cache(lab):
-    result = experiment(lab, "prefix", requests=4, users=1, shared_tokens=256, unique_tokens=32, output_len=4)
+    result = experiment(lab, "prefix", requests=4, users=1, shared_tokens=256, unique_tokens=32, output_len=4,
+                        repeats=2)
     first, last = result.fields["first"], result.fields["last"]
     assert first["hit_rate"] > 0.3 and last["hit_rate"] < 0.1 and first["hit_rate"] > last["hit_rate"]
     assert first["queried_tokens"] > 0 and first["ttft_p50_s"] > 0 and last["ttft_p50_s"] > 0
+    assert first["computed"] == {"hit_tokens": 3 * 256, "hit_rate": 3 * 256 / (4 * 288), "full_blocks": 2}
+    assert abs(first["hit_rate"] - first["computed"]["hit_rate"]) < 0.1 and last["computed"]["hit_tokens"] == 0
+    assert result.fields["ttft_ratio_spread"]["n"] == 2 and {r["repeat"] for r in result.rows} == {0, 1}
 
 
 def test_preemption_small_pool_preempts_normal_pool_does_not(lab):

@@ -11,6 +11,7 @@ import pytest
 from lab.experiments.cache import growth
 from lab.ladder import largest
 from lab.notebook import Answer
+from lab.sentences import ENGINE_LABELS
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
@@ -87,6 +88,8 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
         for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):
             hf, vllm = (result.fields[e]["waste_pct"]["mean"] for e in ("hf", "vllm"))
             assert f"{'HF' if hf > vllm else 'vLLM'} wasted more here" in str(said)
+            kept = {e: result.fields[e]["kinds_pct"]["real"] for e in ENGINE_LABELS}  # HF's static cache's too
+            assert f"{ENGINE_LABELS[max(kept, key=kept.get)]} kept the largest share" in str(said)
     if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
         hf = namespace["result"].fields["decode"]["hf"]["gain"]
         assert ("HF gained" if hf >= 1 else "HF lost") in str(answers[0])

@@ -169,3 +169,16 @@ def test_the_kinds_answer_names_reservation_and_spare_rows_when_they_lead():
     spare = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 10.0, "internal": 20.0, "external": 40.0},
                            "cache_tokens_per_row": 160}}
     assert "rows left over held no request" in " ".join(kinds_answer(spare))
+
+
+def test_the_waste_change_names_the_engine_whose_waste_moved_more():
+    from lab.sentences import waste_change
+
+    def waste(hf, vllm):
+        return {"hf": {"waste_pct": {"mean": hf}}, "vllm": {"waste_pct": {"mean": vllm}}}
+
+    hf_moved = waste_change(waste(57.86, 55.18), waste(0.0, 85.21), ("spread", "equal"))
+    assert hf_moved == ("From `spread` to `equal` HF's fell 57.9 points; vLLM's rose 30.0 points (time-weighted "
+                        "waste, measured): HF's waste changed more.")
+    assert "vLLM's waste changed more" in waste_change(waste(40, 10), waste(41, 60), ("a", "b"))
+    assert "HF's did not move" in waste_change(waste(40, 10), waste(40, 60), ("a", "b"))
