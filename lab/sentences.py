@@ -515,3 +515,83 @@ def fanout_answer(separate: dict) -> str:
                 f"(in this vLLM, n=4 fans out into four requests that find the prompt's blocks there).")
     return ("Four separate requests of the same prompt found nothing in the prefix cache here: each computed and held "
             "the prompt's blocks itself.")
+
+
+def plan_answer(fields: dict, device: str) -> list[str]:
+    """The memory plan's arithmetic (computed), how many full-length requests fit, and what the budget is a share
+    of on this device."""
+    from lab.memory import gib
+
+    if fields.get("refused"):
+        return [f"vLLM would refuse this setting (computed): {fields['reason']}"]
+    blocks_one = -(-fields["max_model_len"] // fields["block_size"])
+    lines = [f"{gib(fields['kv_bytes_planned'])} of KV / ({fields['kv_bytes_per_token']:,} bytes per token x "
+             f"{fields['block_size']} tokens per block) = {fields['kv_blocks_planned']} blocks; one "
+             f"{fields['max_model_len']}-token request needs {blocks_one} blocks, so "
+             f"{fields['max_len_requests_at_once']} fit at once (computed)."]
+    lines += list(fields.get("notes", []))
+    fit = fields["max_len_requests_at_once"]
+    lines.append(f"{'Not even one' if fit < 1 else fit} full-length request{'s' if fit != 1 else ''} fit: vLLM "
+                 + ("refuses to start." if fit < 1 else "starts, since it refuses only when not even one fits. Most "
+                    "requests are far shorter and hold only the blocks their tokens fill, so more run at once; when "
+                    "the pool is full, new ones wait and running ones may be preempted (section 3)."))
+    if device == "cuda":
+        lines.append("On a GPU the fraction is of the card's total memory, not of what is free: two engines on one "
+                     "card must split it (their fractions add up to less than 1), or the second one fails to start.")
+    else:
+        lines.append("On a CPU the budget is kv_cache_gib, set apart in host memory for vLLM's blocks.")
+    return lines
+
+
+def sharing_answer(fields: dict, n: int) -> list[str]:
+    """Peak blocks of one answer, n answers in one request and n separate requests (measured), against n
+    unshared copies (computed), and whether the prompt's blocks were shared."""
+    one, many = fields["one"]["peak_blocks"], fields[f"n={n} in one request"]["peak_blocks"]
+    unshared = fields["unshared_blocks_estimate"]
+    lines = [f"Peak blocks: {one} for one answer, {many} for n={n} in one request (measured); {n} unshared copies "
+             f"would hold {unshared} ({n} x {one}, computed)."]
+    if many < unshared:
+        lines.append(f"The {n} answers held {unshared - many} fewer blocks than unshared copies: the prompt's full "
+                     f"blocks were computed once and held once, and each answer added only its own partly filled last "
+                     f"block and its output.")
+    else:
+        lines.append(f"The {n} answers held as many blocks as unshared copies: nothing was shared here (a prompt "
+                     f"shorter than one block has no full block to share).")
+    return lines + [fanout_answer(fields[f"{n} separate requests"])]
+
+
+def more_answers(fewer: dict, more: dict, counts: tuple[int, int]) -> list[str]:
+    """The exercise: what each extra answer cost in blocks (measured), against an unshared copy (measured)."""
+    a, b = (f[f"n={k} in one request"]["peak_blocks"] for f, k in ((fewer, counts[0]), (more, counts[1])))
+    each, copy = (b - a) / (counts[1] - counts[0]), more["one"]["peak_blocks"]
+    lines = [f"Peak blocks: {a} with n={counts[0]}, {b} with n={counts[1]} (measured); unshared, n={counts[1]} would "
+             f"hold {more['unshared_blocks_estimate']} (computed)."]
+    if each < copy:
+        lines.append(f"Each extra answer added {each:.1f} blocks against {copy} for a whole copy of one answer: it "
+                     f"added only its own last block and output; the prompt's full blocks stayed held once.")
+    else:
+        lines.append(f"Each extra answer added {each:.1f} blocks, as many as a whole copy ({copy}): no sharing "
+                     f"showed here.")
+    return lines
+
+
+def preemption_answer(fields: dict, guess) -> list[str]:
+    """The small pool against the normal one: failures, waits, preemptions and tok/s (measured)."""
+    small, normal = fields["small"], fields["normal"]
+    lines = [f"You guessed {guess!r}. Small pool ({small['kv_blocks']} blocks): {small['completed']} completed, "
+             f"{small['errors']} errors, {small['preemptions']} preemption(s), {small['output_tok_s']:.1f} tok/s. "
+             f"Normal pool ({normal['kv_blocks']} blocks): {normal['preemptions']} preemptions, "
+             f"{normal['output_tok_s']:.1f} tok/s (measured)."]
+    said = "No request failed: " if not small["errors"] else f"{small['errors']} request(s) failed: "
+    said += f"requests waited (up to {small['peak_waiting']} at once) "
+    if small["preemptions"]:
+        said += (f"and {small['preemptions']} time(s) a running request needed a block the pool did not have, so "
+                 f"vLLM preempted one (the lowest-priority running request) to make room. ")
+    else:
+        said += ("and every running request found its next block, so nothing was preempted this time (more users or "
+                 "longer answers would). ")
+    if normal["output_tok_s"]:
+        ratio = small["output_tok_s"] / normal["output_tok_s"]
+        said += f"The small pool made {ratio:.2f}x the normal pool's tok/s: " + (
+            "with fewer blocks, fewer requests could run at once." if ratio < 1 else "no slower here.")
+    return lines + [said, f"Preemption mode: {fields['preemption_mode']}."]

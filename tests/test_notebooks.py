@@ -97,6 +97,21 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
         first, last, u = namespace["first"], namespace["last"], namespace["u"]
         ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))
         assert ("the queue cost first tokens more" if ttft > tpot * 1.2 else "did not show in TTFT") in str(answers[0])
+    if path.stem == "05_prefix_caching":  # which order found more cached, and whether TTFT moved beyond its spread
+        fields = namespace["result"].fields
+        first, last, spread = fields["first"]["hit_rate"], fields["last"]["hit_rate"], fields["ttft_ratio_spread"]
+        said = "So the constant-first order found" if first > last else "found no more cached"
+        assert said in str(answers[0]) and spread["n"] == 3
+        straddle = spread["low"] <= 1 <= spread["high"]
+        assert ("the repeats straddle 1" in str(answers[0])) == straddle
+        blocks = namespace["short"].fields["first"]["computed"]["full_blocks"]
+        assert ("fill no full block" if blocks == 0 else "still fill") in str(answers[1])
+    if path.stem == "06_sharing_a_gpu":  # shared or not, as the measured peaks say
+        s = namespace["s"]
+        shared = s["n=4 in one request"]["peak_blocks"] < s["unshared_blocks_estimate"]
+        assert ("fewer blocks than unshared copies" if shared else "nothing was shared") in str(answers[1])
+        preempted = namespace["preemption"].fields["small"]["preemptions"]
+        assert ("vLLM preempted one" if preempted else "nothing was preempted") in str(answers[2])
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]
