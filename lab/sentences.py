@@ -376,30 +376,76 @@ def _paper_lines(fields: dict) -> list[str]:
 
 
 # -- the concurrency notebook (03): what users bought each kind of work ------------------------------------------
-def gain_words(gain: float) -> str:
-    """A tok/s gain from the fewest users to the most: 'gained 2.31x', or 'lost: its tok/s fell to 0.47x'."""
-    return f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
+def gain_words(gain: float, spread: dict | None = None) -> str:
+    """A tok/s gain from the fewest users to the most: 'gained 2.31x (repeats 2.10-2.52x)', 'lost: its tok/s fell
+    to 0.47x', or, when the repeats straddle 1, no measured gain or loss."""
+    many = spread is not None and spread["n"] > 1
+    if many and spread["low"] <= 1 <= spread["high"]:
+        return (f"moved {gain:.2f}x, within its repeats' spread ({spread['low']:.2f}-{spread['high']:.2f}x): no "
+                f"measured gain or loss")
+    said = f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
+    return said + (f" (repeats {spread['low']:.2f}-{spread['high']:.2f}x)" if many else "")
+
+
+def _apart(a: dict | None, b: dict | None) -> bool:
+    """Two gains' repeats do not overlap (one repeat each: nothing to say they do)."""
+    if not a or not b or a["n"] < 2 or b["n"] < 2:
+        return True
+    return a["high"] < b["low"] or b["high"] < a["low"]
 
 
 def phases_answer(fields: dict, most: int) -> list[str]:
     """Each engine's gain on decode- and prefill-bound work from the fewest users to ``most``, and which work and
-    which engine gained more here (measured)."""
+    which engine gained more here (measured, with the repeats' spread)."""
     gains = {(w, e): fields[w][e]["gain"] for w in ("decode", "prefill") for e in ("hf", "vllm")}
-    lines = [f"From 1 to {most} users HF {gain_words(gains['decode', 'hf'])} on decode-bound work and "
-             f"{gain_words(gains['prefill', 'hf'])} on prefill-bound work; vLLM {gain_words(gains['decode', 'vllm'])} "
-             f"and {gain_words(gains['prefill', 'vllm'])} (measured)."]
-    if gains["decode", "vllm"] > gains["prefill", "vllm"]:
+    spreads = {(w, e): fields[w][e].get("gain_spread") for w in ("decode", "prefill") for e in ("hf", "vllm")}
+
+    def words(key):
+        return gain_words(gains[key], spreads[key])
+
+    lines = [f"From 1 to {most} users HF {words(('decode', 'hf'))} on decode-bound work and "
+             f"{words(('prefill', 'hf'))} on prefill-bound work; vLLM {words(('decode', 'vllm'))} "
+             f"and {words(('prefill', 'vllm'))} (measured)."]
+    if not _apart(spreads["decode", "vllm"], spreads["prefill", "vllm"]):
+        lines.append("vLLM's decode and prefill gains overlap within their repeats' spread: no measured difference "
+                     "between the two kinds of work here.")
+    elif gains["decode", "vllm"] > gains["prefill", "vllm"]:
         lines.append("Decode gained more: a decode step reads every weight once to make one token per running "
                      "request, so more requests in a step make more tokens from the same read; a prefill already "
                      "keeps the device busy with a whole prompt.")
     else:
         lines.append("Here prefill gained as much as decode: the device was already busy with one request's decode "
                      "steps, so sharing them bought little.")
-    hf_less = gains["decode", "hf"] < gains["decode", "vllm"]
-    lines.append("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
-                 "for the longest) while vLLM refills its batch every step." if hf_less else
-                 "On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
-                 "were filled as fully as vLLM's.")
+    return lines + [_hf_line(gains, spreads)]
+
+
+def _hf_line(gains: dict, spreads: dict) -> str:
+    if not _apart(spreads["decode", "hf"], spreads["decode", "vllm"]):
+        return "On decode-bound work HF's and vLLM's gains overlap within their repeats' spread."
+    if gains["decode", "hf"] < gains["decode", "vllm"]:
+        return ("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
+                "for the longest) while vLLM refills its batch every step.")
+    return ("On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
+            "were filled as fully as vLLM's.")
+
+
+def more_users_answer(decode: dict, more: dict, users: tuple[int, int]) -> list[str]:
+    """The exercise: each engine's decode-bound gain at more users against the first run's (measured), and whether
+    vLLM's gain kept growing or flattened."""
+    first, second = users
+    lines = [f"On decode-bound work vLLM {gain_words(decode['vllm']['gain'], decode['vllm'].get('gain_spread'))} "
+             f"from 1 to {first} users and {gain_words(more['vllm']['gain'], more['vllm'].get('gain_spread'))} from "
+             f"1 to {second}; HF {gain_words(decode['hf']['gain'], decode['hf'].get('gain_spread'))} and "
+             f"{gain_words(more['hf']['gain'], more['hf'].get('gain_spread'))} (measured)."]
+    step = more["vllm"]["gain"] / decode["vllm"]["gain"]
+    users_step = second / first
+    if step < 1 + 0.5 * (users_step - 1):
+        lines.append(f"{users_step:.1f}x the users bought vLLM only {step:.2f}x the gain: it flattened. A step is "
+                     f"compute-bound once more rows cost as much as they make (on a 2-core CPU that comes early; on "
+                     f"a GPU much later), or once the KV pool cannot hold every running request.")
+    else:
+        lines.append(f"{users_step:.1f}x the users bought vLLM {step:.2f}x the gain: it kept growing, so a step was "
+                     f"not yet compute-bound and the pool held every running request.")
     return lines
 
 

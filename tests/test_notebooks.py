@@ -11,7 +11,7 @@ import pytest
 from lab.experiments.cache import growth
 from lab.ladder import largest
 from lab.notebook import Answer
-from lab.sentences import ENGINE_LABELS
+from lab.sentences import ENGINE_LABELS, gain_words
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
@@ -91,8 +91,11 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
             kept = {e: result.fields[e]["kinds_pct"]["real"] for e in ENGINE_LABELS}  # HF's static cache's too
             assert f"{ENGINE_LABELS[max(kept, key=kept.get)]} kept the largest share" in str(said)
     if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
-        hf = namespace["result"].fields["decode"]["hf"]["gain"]
-        assert ("HF gained" if hf >= 1 else "HF lost") in str(answers[0])
+        hf = namespace["result"].fields["decode"]["hf"]
+        assert hf["gain_spread"]["n"] == 3 and f"HF {gain_words(hf['gain'], hf['gain_spread'])}" in str(answers[0])
+        vllm, more = namespace["decode"]["vllm"]["gain"], namespace["more"]["vllm"]["gain"]
+        step, users = more / vllm, max(namespace["EXERCISE_USERS"]) / namespace["most"]
+        assert ("it flattened" if step < 1 + 0.5 * (users - 1) else "it kept growing") in str(answers[1])
     if path.stem == "04_sweeps":  # the queue's answer is the one its own TTFT and TPOT call for
         first, last, u = namespace["first"], namespace["last"], namespace["u"]
         ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))

@@ -182,3 +182,27 @@ def test_the_waste_change_names_the_engine_whose_waste_moved_more():
                         "waste, measured): HF's waste changed more.")
     assert "vLLM's waste changed more" in waste_change(waste(40, 10), waste(41, 60), ("a", "b"))
     assert "HF's did not move" in waste_change(waste(40, 10), waste(40, 60), ("a", "b"))
+
+
+def test_gains_carry_their_spread_and_overlapping_gains_are_not_ranked():
+    from lab.sentences import gain_words, more_users_answer, phases_answer
+
+    assert gain_words(2.31, {"low": 2.1, "high": 2.52, "n": 3}) == "gained 2.31x (repeats 2.10-2.52x)"
+    assert "no measured gain or loss" in gain_words(1.02, {"low": 0.95, "high": 1.1, "n": 3})
+
+    def engine(gain, low, high):
+        return {"gain": gain, "gain_spread": {"low": low, "high": high, "n": 3}}
+
+    apart = {"decode": {"hf": engine(1.5, 1.4, 1.6), "vllm": engine(2.6, 2.5, 2.8)},
+             "prefill": {"hf": engine(1.1, 1.0, 1.2), "vllm": engine(1.2, 1.1, 1.3)}}
+    close = {"decode": {"hf": engine(2.4, 2.0, 2.7), "vllm": engine(2.5, 2.2, 2.9)},
+             "prefill": {"hf": engine(1.1, 1.0, 1.2), "vllm": engine(2.3, 2.0, 2.6)}}
+    assert "Decode gained more" in " ".join(phases_answer(apart, 3)) and "HF gained less" in " ".join(
+        phases_answer(apart, 3))
+    said = " ".join(phases_answer(close, 3))
+    assert "no measured difference between the two kinds" in said and "gains overlap" in said
+    flat = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(2.7, 2.6, 2.9)},
+                                      (3, 4)))
+    grew = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(6.0, 5.5, 6.5)},
+                                      (3, 8)))
+    assert "it flattened" in flat and "it kept growing" in grew
