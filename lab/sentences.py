@@ -553,6 +553,56 @@ def queue_answer(first: dict, last: dict, users: str) -> str:
                    "longer answers (SMALL = False) make the queue show.")
 
 
+def tok_s_words(point: dict, users: str) -> str:
+    """A sweep point's output tok/s at one level, with its repeats' spread when it has one (measured)."""
+    spread = point.get(f"output_tok_s_spread@{users}")
+    said = f"{point[f'output_tok_s@{users}']:.1f} tok/s at {point['value']}"
+    return said + (f" (repeats {spread['low']:.1f}-{spread['high']:.1f}, n={spread['n']})" if spread else "")
+
+
+def _overlap(a: dict, b: dict, users: str) -> bool:
+    """Two points' tok/s repeats overlap (no spread: they are taken as apart)."""
+    x, y = a.get(f"output_tok_s_spread@{users}"), b.get(f"output_tok_s_spread@{users}")
+    return bool(x and y) and x["low"] <= y["high"] and y["low"] <= x["high"]
+
+
+def batch_answer(points: list[dict], users: str) -> list[str]:
+    """HF's batch-size sweep: what the largest batch reserved against the smallest, and what it bought in tok/s
+    (measured; within the repeats' spread said so)."""
+    first, last = points[0], points[-1]
+    mib = [p[f"kv_peak_reserved_bytes@{users}"] / 2**20 for p in (first, last)]
+    gain = last[f"output_tok_s@{users}"] / first[f"output_tok_s@{users}"]
+    lines = [f"Peak reserved KV: {mib[0]:.1f} MiB at batch {first['value']}, {mib[1]:.1f} MiB at {last['value']}; "
+             f"tok/s {tok_s_words(first, users)}, {tok_s_words(last, users)} ({gain:.2f}x, measured)."]
+    if _overlap(first, last, users):
+        return lines + ["The two batch sizes' tok/s overlap within their repeats' spread: the larger batch bought no "
+                        "measured speed here, only memory reserved for rows."]
+    if gain > 1.2:
+        return lines + ["A bigger static batch reserves batch x the longest padded length, and here it bought tokens "
+                        "too: one step serves several rows for little more than the cost of one."]
+    return lines + ["Here the larger batch bought almost no speed: on this device a step of several rows costs nearly "
+                    "as much as that many single steps, and padded rows compute for nothing. On a GPU, where one row "
+                    "leaves the device idle, the same sweep multiplies tok/s (docs/benchmarks.md)."]
+
+
+def blocks_answer(points: list[dict], users: str) -> list[str]:
+    """The block-size sweep: blocks in the pool (vLLM's count) and tok/s at each size (measured)."""
+    pools = ", ".join(f"{p['kv_total_blocks']} of {p['kv_block_size']} tokens" for p in points)
+    lines = [f"Blocks in the pool: {pools}; output tok/s: {', '.join(tok_s_words(p, users) for p in points)} "
+             f"(measured)."]
+    tokens = [p["kv_total_blocks"] * p["kv_block_size"] for p in points]
+    same = max(tokens) - min(tokens) <= max(p["kv_block_size"] for p in points)
+    lines.append("The same bytes held the same tokens (within a block): smaller blocks, more of them; each request's "
+                 "last block wastes less." if same else
+                 f"The pools held {min(tokens):,}-{max(tokens):,} tokens: the budget did not divide evenly here.")
+    fast = max(points, key=lambda p: p[f"output_tok_s@{users}"])
+    if len(points) > 1 and _overlap(points[0], points[-1], users):
+        lines.append("Their tok/s overlap within the repeats' spread: the block size cost no measured speed here.")
+    else:
+        lines.append(f"Blocks of {fast['kv_block_size']} tokens were fastest here.")
+    return lines
+
+
 def fanout_answer(separate: dict) -> str:
     """Whether four separate requests of one prompt found its blocks in the prefix cache (measured)."""
     hit = separate["prefix_hit_tokens"]

@@ -100,6 +100,7 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd):
         first, last, u = namespace["first"], namespace["last"], namespace["u"]
         ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))
         assert ("the queue cost first tokens more" if ttft > tpot * 1.2 else "did not show in TTFT") in str(answers[0])
+        assert first[f"output_tok_s_spread@{u}"]["n"] == 3 and ", n=3)" in str(answers[0])  # the spread is printed
     if path.stem == "05_prefix_caching":  # which order found more cached, and whether TTFT moved beyond its spread
         fields = namespace["result"].fields
         first, last, spread = fields["first"]["hit_rate"], fields["last"]["hit_rate"], fields["ttft_ratio_spread"]

@@ -206,3 +206,23 @@ def test_gains_carry_their_spread_and_overlapping_gains_are_not_ranked():
     grew = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(6.0, 5.5, 6.5)},
                                       (3, 8)))
     assert "it flattened" in flat and "it kept growing" in grew
+
+
+def test_sweep_answers_say_when_the_repeats_overlap():
+    from lab.sentences import batch_answer, blocks_answer
+
+    def point(value, tok_s, low, high, **more):
+        return {"value": value, "output_tok_s@4": tok_s, "output_tok_s_spread@4": {"low": low, "high": high, "n": 3},
+                **more}
+
+    def batch(value, tok_s, low, high):
+        return point(value, tok_s, low, high, **{"kv_peak_reserved_bytes@4": value * 2**20})
+
+    faster = " ".join(batch_answer([batch(1, 20, 19, 21), batch(4, 40, 38, 42)], "4"))
+    same = " ".join(batch_answer([batch(1, 20, 18, 23), batch(4, 21, 19, 24)], "4"))
+    assert "20.0 tok/s at 1 (repeats 19.0-21.0, n=3)" in faster and "it bought tokens" in faster
+    assert "overlap within their repeats' spread" in same and "bought tokens" not in same
+    blocks = [point(64, 30, 29, 31, kv_total_blocks=182, kv_block_size=64),
+              point(128, 33, 32, 34, kv_total_blocks=91, kv_block_size=128)]
+    said = " ".join(blocks_answer(blocks, "4"))
+    assert "182 of 64 tokens, 91 of 128 tokens" in said and "same tokens" in said and "128 tokens were fastest" in said
