@@ -226,3 +226,65 @@ def test_sweep_answers_say_when_the_repeats_overlap():
               point(128, 33, 32, 34, kv_total_blocks=91, kv_block_size=128)]
     said = " ".join(blocks_answer(blocks, "4"))
     assert "182 of 64 tokens, 91 of 128 tokens" in said and "same tokens" in said and "128 tokens were fastest" in said
+
+
+# Two recorded prefix runs on this CPU (4 requests, 1 user, blocks of 128): 384 shared tokens in 3 turns, where the
+# constant-first order hit the cache and TTFT fell; 64 shared tokens once, where nothing hit and TTFT did not move.
+def prefix_run(hit_first, blocks, ttft_first, ttft_last, low, high, n, shared_hits):
+    def order(rate, computed_rate, ttft, full):
+        return {"hit_rate": rate, "queried_tokens": 5184 if n == 3 else 448, "ttft_p50_s": ttft,
+                "computed": {"hit_tokens": shared_hits, "hit_rate": computed_rate, "full_blocks": full}}
+
+    return {"first": order(hit_first, hit_first, ttft_first, blocks), "last": order(0.0, 0.0, ttft_last, 0),
+            "ttft_last_over_first": ttft_last / ttft_first, "block_size": 128,
+            "ttft_ratio_spread": {"low": low, "high": high, "n": n}}
+
+
+LONG = prefix_run(2 / 3, 3, 0.0509, 0.2804, 5.17, 5.60, 3, 1152)
+SHORT = prefix_run(0.0, 0, 0.0785, 0.0771, 0.98, 0.98, 1, 0)
+
+
+def test_the_prefix_answers_follow_the_hits_and_the_ttft_spread():
+    from lab.sentences import prefix_answer, short_prefix_answer, ttft_words
+
+    long = " ".join(prefix_answer(LONG, 384))
+    assert "Constant block first: 67% of the 5,184 prompt tokens looked up hit the cache (measured); the block rule " \
+           "gives 67% (computed): the two agree." in long
+    assert "So the constant-first order found 67%" in long and "5.51x (measured; repeats 5.17-5.60x, n=3)" in long
+    short = " ".join(prefix_answer(SHORT, 64))
+    assert "found no more cached (0%) than the last" in short and "the constant-last order was not slower" in short
+    straddle = {**LONG, "ttft_ratio_spread": {"low": 0.9, "high": 1.3, "n": 3}}
+    assert "the repeats straddle 1" in ttft_words(straddle)
+    exercise = " ".join(short_prefix_answer(SHORT, LONG, (64, 384)))
+    assert "0% hit with 64 shared tokens, 67% with 384" in exercise and "fill no full block of 128" in exercise
+    fewer = {**LONG, "first": {**LONG["first"], "hit_rate": 0.4}}
+    assert "fewer hit than the rule allows" in prefix_answer(fewer, 384)[0]
+
+
+def test_the_sharing_a_device_answers_follow_the_measured_peaks():
+    from lab.sentences import more_answers, plan_answer, preemption_answer, sharing_answer
+
+    def sharing(n, one, many, hits):
+        return {"one": {"peak_blocks": one}, f"n={n} in one request": {"peak_blocks": many},
+                f"{n} separate requests": {"prefix_hit_tokens": hits}, "unshared_blocks_estimate": n * one}
+
+    shared = " ".join(sharing_answer(sharing(4, 5, 8, 384), 4))
+    unshared = " ".join(sharing_answer(sharing(4, 1, 4, 0), 4))
+    assert "held 12 fewer blocks than unshared copies" in shared and "nothing was shared" in unshared
+    assert "added 0.8 blocks against 5" in " ".join(more_answers(sharing(4, 5, 8, 0), sharing(8, 5, 11, 0), (4, 8)))
+    plan = {"kv_bytes_planned": 2**29, "kv_bytes_per_token": 23040, "block_size": 128, "kv_blocks_planned": 182,
+            "max_model_len": 2048, "max_len_requests_at_once": 11, "notes": []}
+    assert "11 full-length requests fit" in " ".join(plan_answer(plan, "cpu"))
+    gpu, cpu = " ".join(plan_answer(plan, "cuda")), " ".join(plan_answer(plan, "cpu"))
+    assert "total memory" in gpu and "total memory" not in cpu
+
+    def pool(blocks, preemptions, tok_s):
+        return {"kv_blocks": blocks, "completed": 10, "errors": 0, "preemptions": preemptions, "output_tok_s": tok_s,
+                "peak_waiting": 6}
+
+    hit = " ".join(preemption_answer({"small": pool(17, 3, 20.0), "normal": pool(91, 0, 40.0),
+                                      "preemption_mode": "recompute"}, "slow"))
+    calm = " ".join(preemption_answer({"small": pool(17, 0, 40.0), "normal": pool(91, 0, 39.0),
+                                       "preemption_mode": "recompute"}, None))
+    assert "vLLM preempted one" in hit and "0.50x the normal pool's tok/s: with fewer blocks" in hit
+    assert "nothing was preempted" in calm and "no slower here" in calm

@@ -45,8 +45,8 @@ class Params:
 
 
 def block_rule_hits(params: Params, order: str, block_size: int) -> dict:
-    """The prefix-cache hits vLLM's rule predicts (computed): with the shared part first, every request after the
-    first finds its full blocks; with it last, a prompt's first block already holds its own tokens: none."""
+    """The prefix-cache hits of one turn that vLLM's rule predicts (computed): with the shared part first, every
+    request after the first finds its full blocks; with it last, a prompt's first block holds its own tokens: none."""
     full = params.shared_tokens // block_size * block_size if order == "first" else 0
     hits = (params.requests - 1) * full
     return {"hit_tokens": hits, "hit_rate": hits / (params.requests * (params.shared_tokens + params.unique_tokens)),
