@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 EXPERIMENTS = {
     "cache": "why a KV cache: ms per token with and without it as the sequence grows, and its bytes per token",
-    "waste": "KV memory held vs holding real tokens: HF's contiguous batches against vLLM's blocks",
+    "waste": "KV memory held vs holding real tokens, by kind of waste: HF's batches, HF's static cache, vLLM's blocks",
     "blocks": "vLLM's KV pool as a grid of blocks per request, derived and checked against vLLM's count",
     "table": "vLLM's real block table: the block ids each request holds, freed, reused and shared, read from vLLM",
     "prefix": "a long shared block first vs last in the prompt: prefix-cache hit rate and TTFT",
