@@ -65,11 +65,22 @@ def quiet_engines() -> None:
     hf_logging.disable_progress_bar()
 
 
+GPU_KV_GIB = 0.25  # on a GPU, vLLM's KV budget in the notebooks: the CPU's pool (11,650 tokens of SmolLM2), which
+#                   their GPU-sized loads fill; half a card's memory would hold millions of tokens and never fill
+
+
+def on_gpu() -> bool:
+    """Whether the engines will run on CUDA: the notebooks then take their GPU sizes (more users, a set KV budget)."""
+    return EngineConfig().resolved_device() == "cuda"
+
+
 async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) -> LabSession:
     """Load the embedded model on ``engines`` with the lab's defaults plus ``overrides`` (EngineConfig's
     fields), the engines' log lines kept out of the cells; with two engines the agreement check runs too
-    (``session.agreement``)."""
+    (``session.agreement``). On a GPU vLLM's KV budget is GPU_KV_GIB unless ``overrides`` set one."""
     quiet_engines()
+    if on_gpu() and "gpu_memory_utilization" not in overrides:
+        overrides.setdefault("kv_cache_gib", GPU_KV_GIB)
     session = LabSession(EngineConfig(**overrides), engines)
     await session.start()
     return session

@@ -28,7 +28,7 @@ from lab.runs import RunResult
 
 ENGINE_LABELS = {n: s.description for n, s in ENGINES.items() if s.in_process}  # a legend with several lines per engine
 
-ENGINE_COLORS = {n: s.color for n, s in ENGINES.items() if s.in_process}
+ENGINE_COLORS = {n: s.color for n, s in ENGINES.items() if s.in_process} | {"hf-static": "#8f3985"}  # + a variant
 FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
                   "(the served engine streams every token through it)")
 RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}

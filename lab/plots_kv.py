@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from lab.experiments.blocks import derive_grid
 from lab.metrics.kv import used_blocks
@@ -28,21 +29,38 @@ def experiment_figure(result) -> go.Figure:
     return draw(result) if draw else _layout(go.Figure(), result.experiment, "", "")
 
 
+WASTE_LABELS = {"hf": "HF", "hf-static": "HF static cache", "vllm": "vLLM"}
+KIND_LABELS = {"real": "tokens", "reservation": "reservation", "internal": "internal fragmentation",
+               "external": "external fragmentation"}
+KIND_COLORS = {"real": "#76b041", "reservation": "#ffc914", "internal": "#e4572e", "external": "#2e282a"}
+
+
 def waste_figure(result) -> go.Figure:
-    """Held vs real KV tokens over time, per engine, with each engine's time-weighted waste."""
-    fig = go.Figure()
+    """Held vs real KV tokens over time per engine (left), and what the memory x time each held held, by kind, in
+    the vLLM paper's terms (right; all measured from the engines' own counts)."""
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.12,
+                        subplot_titles=["held vs real tokens over time", "what the held KV held (time-weighted)"])
     for engine, rows in result.series.items():
-        if not rows:
-            continue
-        waste = result.fields.get(engine, {}).get("waste_pct", {}).get("mean")
-        label = "HF" if engine == "hf" else "vLLM"
-        xs = [r[0] for r in rows]
-        fig.add_trace(go.Scatter(x=xs, y=[r[1] for r in rows], mode="lines", line_shape="hv",
-                                 name=f"{label}: held ({waste}% wasted, time-weighted)",
-                                 line=dict(color=ENGINE_COLORS[engine])))
-        fig.add_trace(go.Scatter(x=xs, y=[r[2] for r in rows], mode="lines", line_shape="hv",
-                                 name=f"{label}: real tokens", line=dict(color=ENGINE_COLORS[engine], dash="dot")))
-    return _layout(fig, "KV memory held vs holding real tokens", "seconds since run start", "tokens")
+        if rows:
+            _held_lines(fig, engine, rows, result.fields.get(engine, {}))
+    for kind, label in KIND_LABELS.items():
+        engines = [e for e in result.series if result.fields.get(e, {}).get("kinds_pct", {}).get(kind) is not None]
+        fig.add_trace(go.Bar(x=[WASTE_LABELS.get(e, e) for e in engines], name=label, marker_color=KIND_COLORS[kind],
+                             y=[result.fields[e]["kinds_pct"][kind] for e in engines]), row=1, col=2)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="tokens", row=1, col=1)
+    fig.update_yaxes(title_text="% of memory x time", range=[0, 100], row=1, col=2)
+    return _layout(fig, "KV memory held vs holding real tokens", "seconds since the engine's run start", "")
+
+
+def _held_lines(fig, engine: str, rows: list, fields: dict) -> None:
+    label, color = WASTE_LABELS.get(engine, engine), ENGINE_COLORS.get(engine, ENGINE_COLORS["hf-static"])
+    xs = [r[0] for r in rows]
+    waste = fields.get("waste_pct", {}).get("mean")
+    fig.add_trace(go.Scatter(x=xs, y=[r[1] for r in rows], mode="lines", line_shape="hv", line=dict(color=color),
+                             name=f"{label}: held ({waste}% wasted, time-weighted)"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=xs, y=[r[2] for r in rows], mode="lines", line_shape="hv",
+                             name=f"{label}: real tokens", line=dict(color=color, dash="dot")), row=1, col=1)
 
 
 def blocks_check_figure(result) -> go.Figure:

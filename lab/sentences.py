@@ -274,31 +274,178 @@ def waste_answer(fields: dict) -> list[str]:
     return lines
 
 
+def waste_change(first: dict, second: dict, names: tuple[str, str]) -> str:
+    """Two waste runs on different loads: whose time-weighted waste moved more (measured), in points."""
+    moves = {e: second[e]["waste_pct"]["mean"] - first[e]["waste_pct"]["mean"] for e in ("hf", "vllm")
+             if (first.get(e) or {}).get("waste_pct", {}).get("mean") is not None
+             and (second.get(e) or {}).get("waste_pct", {}).get("mean") is not None}
+    if len(moves) < 2:
+        return "One of the runs measured no waste for an engine: nothing to compare."
+    said = "; ".join(f"{ENGINE_LABELS[e]}'s {_points(v)}" for e, v in moves.items())
+    more = max(moves, key=lambda e: abs(moves[e]))
+    return (f"From `{names[0]}` to `{names[1]}` {said} (time-weighted waste, measured): {ENGINE_LABELS[more]}'s "
+            f"waste changed more.")
+
+
+def _points(change: float) -> str:
+    return "did not move" if abs(change) < 0.05 else f"{'rose' if change > 0 else 'fell'} {abs(change):.1f} points"
+
+
+KIND_NAMES = {"reservation": "reservation", "internal": "internal fragmentation",
+              "external": "external fragmentation"}
+ENGINE_LABELS = {"hf": "HF", "hf-static": "HF with a static cache", "vllm": "vLLM"}
+
+
+def kinds_answer(fields: dict) -> list[str]:
+    """The three kinds of waste side by side (measured), the engine that kept the most of its KV holding tokens,
+    each engine's largest kind and why, then the vLLM paper's published shares beside this run's."""
+    engines = [e for e in ("hf-static", "hf", "vllm") if (fields.get(e) or {}).get("kinds_pct", {}).get("real")
+               is not None]
+    if not engines:
+        return ["No engine held KV long enough to split its memory by kind."]
+    lines = [_kinds_line(e, fields[e]["kinds_pct"]) for e in engines]
+    best = max(engines, key=lambda e: fields[e]["kinds_pct"]["real"])
+    lines.append(f"{ENGINE_LABELS[best]} kept the largest share of its KV holding tokens here.")
+    lines += [_largest_kind(e, fields) for e in engines]
+    return [line for line in lines if line] + _paper_lines(fields)
+
+
+def _kinds_line(engine: str, kinds: dict) -> str:
+    said = (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; reservation "
+            f"{kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external fragmentation "
+            f"{kinds['external']} % (memory x time, measured)")
+    if engine == "vllm":
+        return said + ": it reserves nothing ahead and leaves no gaps by design (a block is taken when a token " \
+                      "needs it, and any free block serves any request)."
+    return said + "."
+
+
+def _largest_kind(engine: str, fields: dict) -> str:
+    """Why an engine's largest kind of waste was what it was, from the run's own shapes."""
+    kinds = fields[engine]["kinds_pct"]
+    kind = max(KIND_NAMES, key=lambda k: kinds[k])
+    if not kinds[kind]:
+        return f"{ENGINE_LABELS[engine]} wasted nothing measurable here."
+    head = f"{ENGINE_LABELS[engine]}'s largest waste was {KIND_NAMES[kind]} ({kinds[kind]} %): "
+    if engine == "vllm":
+        return head + _tail_words(fields)
+    if kind == "reservation":
+        return head + (f"every row was reserved for the load's longest request "
+                       f"({fields[engine]['cache_tokens_per_row']} tokens) before its first token, so each running "
+                       f"request's tokens to come sat in slots held for them.")
+    if kind == "external":
+        return head + "batches gathered fewer requests than the cache has rows; the rows left over held no request."
+    if engine == "hf-static":
+        return head + (f"rows reserved for {fields[engine]['cache_tokens_per_row']} tokens whose requests were "
+                       f"shorter, padded, or already finished kept the rest unused until their batch ended.")
+    return head + "prompts padded to the batch's longest and rows whose answer ended while the batch ran on."
+
+
+def _tail_words(fields: dict) -> str:
+    """vLLM's internal fragmentation: the empty tail of each last block, against the requests' own lengths."""
+    block, sizes = fields["vllm"]["block_size"], fields.get("tokens_per_request")
+    said = f"the empty tail of each request's last block of {block} tokens"
+    span = sizes and (f"{sizes['min']}" if sizes["min"] == sizes["max"] else f"{sizes['min']}-{sizes['max']}")
+    if sizes and sizes["max"] < block:
+        return said + (f"; every request here held {span} tokens, fewer than one block, so "
+                       f"most of its one block stayed empty (smaller blocks, such as the 16 vLLM uses on a GPU, "
+                       f"leave less).")
+    if sizes:
+        return said + f"; the requests held {span} tokens, so a last block is partly empty."
+    return said + "."
+
+
+def _paper_lines(fields: dict) -> list[str]:
+    """The vLLM paper's published shares of KV memory holding tokens, beside this run's (measured)."""
+    from lab.experiments.waste import PAPER
+
+    low, high = PAPER["orca"]
+    lines = [f"The vLLM paper found {low}-{high} % of KV memory holding tokens in Orca-style systems, which reserve "
+             f"ahead, and {PAPER['vllm']} % in vLLM (published: Kwon et al., SOSP 2023, Fig. 2)."]
+    static = (fields.get("hf-static") or {}).get("kinds_pct", {}).get("real")
+    if static is not None:
+        where = "within" if low <= static <= high else "below" if static < low else "above"
+        lines.append(f"HF with a static cache kept {static} % here (measured), {where} the paper's Orca range.")
+    vllm = (fields.get("vllm") or {}).get("kinds_pct", {}).get("real")
+    if vllm is not None:
+        near = "close to" if vllm >= PAPER["vllm"] - 5 else "below"
+        lines.append(f"vLLM kept {vllm} % here (measured), {near} the paper's {PAPER['vllm']} %"
+                     + ("." if near == "close to" else f": a last block's empty tail is a larger share of a short "
+                        f"request, and of a block of {fields['vllm']['block_size']} tokens."))
+    return lines
+
+
 # -- the concurrency notebook (03): what users bought each kind of work ------------------------------------------
-def gain_words(gain: float) -> str:
-    """A tok/s gain from the fewest users to the most: 'gained 2.31x', or 'lost: its tok/s fell to 0.47x'."""
-    return f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
+def gain_words(gain: float, spread: dict | None = None) -> str:
+    """A tok/s gain from the fewest users to the most: 'gained 2.31x (repeats 2.10-2.52x)', 'lost: its tok/s fell
+    to 0.47x', or, when the repeats straddle 1, no measured gain or loss."""
+    many = spread is not None and spread["n"] > 1
+    if many and spread["low"] <= 1 <= spread["high"]:
+        return (f"moved {gain:.2f}x, within its repeats' spread ({spread['low']:.2f}-{spread['high']:.2f}x): no "
+                f"measured gain or loss")
+    said = f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
+    return said + (f" (repeats {spread['low']:.2f}-{spread['high']:.2f}x)" if many else "")
+
+
+def _apart(a: dict | None, b: dict | None) -> bool:
+    """Two gains' repeats do not overlap (one repeat each: nothing to say they do)."""
+    if not a or not b or a["n"] < 2 or b["n"] < 2:
+        return True
+    return a["high"] < b["low"] or b["high"] < a["low"]
 
 
 def phases_answer(fields: dict, most: int) -> list[str]:
     """Each engine's gain on decode- and prefill-bound work from the fewest users to ``most``, and which work and
-    which engine gained more here (measured)."""
+    which engine gained more here (measured, with the repeats' spread)."""
     gains = {(w, e): fields[w][e]["gain"] for w in ("decode", "prefill") for e in ("hf", "vllm")}
-    lines = [f"From 1 to {most} users HF {gain_words(gains['decode', 'hf'])} on decode-bound work and "
-             f"{gain_words(gains['prefill', 'hf'])} on prefill-bound work; vLLM {gain_words(gains['decode', 'vllm'])} "
-             f"and {gain_words(gains['prefill', 'vllm'])} (measured)."]
-    if gains["decode", "vllm"] > gains["prefill", "vllm"]:
+    spreads = {(w, e): fields[w][e].get("gain_spread") for w in ("decode", "prefill") for e in ("hf", "vllm")}
+
+    def words(key):
+        return gain_words(gains[key], spreads[key])
+
+    lines = [f"From 1 to {most} users HF {words(('decode', 'hf'))} on decode-bound work and "
+             f"{words(('prefill', 'hf'))} on prefill-bound work; vLLM {words(('decode', 'vllm'))} "
+             f"and {words(('prefill', 'vllm'))} (measured)."]
+    if not _apart(spreads["decode", "vllm"], spreads["prefill", "vllm"]):
+        lines.append("vLLM's decode and prefill gains overlap within their repeats' spread: no measured difference "
+                     "between the two kinds of work here.")
+    elif gains["decode", "vllm"] > gains["prefill", "vllm"]:
         lines.append("Decode gained more: a decode step reads every weight once to make one token per running "
                      "request, so more requests in a step make more tokens from the same read; a prefill already "
                      "keeps the device busy with a whole prompt.")
     else:
         lines.append("Here prefill gained as much as decode: the device was already busy with one request's decode "
                      "steps, so sharing them bought little.")
-    hf_less = gains["decode", "hf"] < gains["decode", "vllm"]
-    lines.append("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
-                 "for the longest) while vLLM refills its batch every step." if hf_less else
-                 "On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
-                 "were filled as fully as vLLM's.")
+    return lines + [_hf_line(gains, spreads)]
+
+
+def _hf_line(gains: dict, spreads: dict) -> str:
+    if not _apart(spreads["decode", "hf"], spreads["decode", "vllm"]):
+        return "On decode-bound work HF's and vLLM's gains overlap within their repeats' spread."
+    if gains["decode", "hf"] < gains["decode", "vllm"]:
+        return ("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
+                "for the longest) while vLLM refills its batch every step.")
+    return ("On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
+            "were filled as fully as vLLM's.")
+
+
+def more_users_answer(decode: dict, more: dict, users: tuple[int, int]) -> list[str]:
+    """The exercise: each engine's decode-bound gain at more users against the first run's (measured), and whether
+    vLLM's gain kept growing or flattened."""
+    first, second = users
+    lines = [f"On decode-bound work vLLM {gain_words(decode['vllm']['gain'], decode['vllm'].get('gain_spread'))} "
+             f"from 1 to {first} users and {gain_words(more['vllm']['gain'], more['vllm'].get('gain_spread'))} from "
+             f"1 to {second}; HF {gain_words(decode['hf']['gain'], decode['hf'].get('gain_spread'))} and "
+             f"{gain_words(more['hf']['gain'], more['hf'].get('gain_spread'))} (measured)."]
+    step = more["vllm"]["gain"] / decode["vllm"]["gain"]
+    users_step = second / first
+    if step < 1 + 0.5 * (users_step - 1):
+        lines.append(f"{users_step:.1f}x the users bought vLLM only {step:.2f}x the gain: it flattened. A step is "
+                     f"compute-bound once more rows cost as much as they make (on a 2-core CPU that comes early; on "
+                     f"a GPU much later), or once the KV pool cannot hold every running request.")
+    else:
+        lines.append(f"{users_step:.1f}x the users bought vLLM {step:.2f}x the gain: it kept growing, so a step was "
+                     f"not yet compute-bound and the pool held every running request.")
     return lines
 
 
@@ -325,6 +472,72 @@ def table_answer(fields: dict) -> list[str]:
     return lines
 
 
+# -- the prefix-caching notebook (05): hits measured beside the block rule's, and what they did to TTFT ---------
+def prefix_answer(fields: dict, shared_tokens: int) -> list[str]:
+    """Each order's hit rate (measured) beside the block rule's (computed), why they differ or agree, and whether
+    the order changed time to first token beyond the repeats' spread."""
+    first, last = fields["first"], fields["last"]
+    if first["hit_rate"] is None or last["hit_rate"] is None:
+        return ["vLLM reported no prefix-cache lookups for one of the orders: nothing to compare."]
+    lines = [_order_line(order, fields[order]) for order in ("first", "last")]
+    block, blocks = fields["block_size"], first["computed"]["full_blocks"]
+    lines.append(f"vLLM hashes each full block of {block} tokens together with everything before it, so a block "
+                 f"matches only if the whole prompt up to its end matches: the {shared_tokens} shared tokens fill "
+                 f"{blocks} full block(s) (computed), which only the constant-first order puts at every prompt's "
+                 f"start.")
+    if first["hit_rate"] > last["hit_rate"]:
+        lines.append(f"So the constant-first order found {first['hit_rate']:.0%} of its prompt tokens cached and the "
+                     f"constant-last order {last['hit_rate']:.0%}.")
+    else:
+        lines.append(f"Here the constant-first order found no more cached ({first['hit_rate']:.0%}) than the last "
+                     f"({last['hit_rate']:.0%}): no full block of the shared part came first in every prompt.")
+    return lines + [ttft_words(fields)]
+
+
+def _order_line(order: str, f: dict) -> str:
+    rule = f["computed"]["hit_rate"]
+    said = (f"Constant block {order}: {f['hit_rate']:.0%} of the {f['queried_tokens']:,} prompt tokens looked up hit "
+            f"the cache (measured); the block rule gives {rule:.0%} (computed)")
+    if abs(f["hit_rate"] - rule) <= 0.05:
+        return said + ": the two agree."
+    if f["hit_rate"] < rule:
+        return said + ": fewer hit than the rule allows (requests that ran at once each computed the shared blocks " \
+                      "before either was cached)."
+    return said + ": more hit than the rule allows (some prompts' own parts began alike)."
+
+
+def ttft_words(fields: dict) -> str:
+    """Whether the constant-last order's TTFT differed from the constant-first's beyond the repeats' spread."""
+    ratio, spread = fields.get("ttft_last_over_first"), fields.get("ttft_ratio_spread")
+    first, last = (fields[o]["ttft_p50_s"] for o in ("first", "last"))
+    if not ratio:
+        return "No TTFT to compare."
+    said = f"TTFT p50 {first * 1000:.0f} ms first vs {last * 1000:.0f} ms last, {ratio:.2f}x (measured"
+    said += f"; repeats {spread['low']:.2f}-{spread['high']:.2f}x, n={spread['n']})" if spread and spread["n"] > 1 \
+        else ", one repeat)"
+    if spread and spread["n"] > 1 and spread["low"] <= 1 <= spread["high"]:
+        return said + ": the repeats straddle 1, so the order made no measured difference to the first token here."
+    if ratio > 1:
+        return said + ": with its prefix cached, a request computed only its own tokens before its first token."
+    return said + ": the constant-last order was not slower here; with prompts this short a step's fixed cost hides " \
+                  "the cached tokens."
+
+
+def short_prefix_answer(short: dict, long: dict, tokens: tuple[int, int]) -> list[str]:
+    """The exercise: a shared part shorter than a block against the first run's (measured and computed)."""
+    a, b = short["first"], long["first"]
+    lines = [f"Constant block first: {a['hit_rate']:.0%} hit with {tokens[0]} shared tokens, {b['hit_rate']:.0%} "
+             f"with {tokens[1]} (measured)."]
+    blocks, block = a["computed"]["full_blocks"], short["block_size"]
+    if blocks == 0:
+        verb = "so nothing could be reused" if a["hit_rate"] <= 0.05 else "yet some tokens hit"
+        lines.append(f"{tokens[0]} tokens fill no full block of {block} (computed): only full blocks are cached, "
+                     f"{verb}. Put long, constant instructions first and make them at least a block long.")
+    else:
+        lines.append(f"{tokens[0]} tokens still fill {blocks} full block(s) of {block} (computed): those are reused.")
+    return lines
+
+
 # -- the sweeps and sharing notebooks (04, 06) --------------------------------------------------------------------
 def queue_answer(first: dict, last: dict, users: str) -> str:
     """max_num_seqs at its smallest against its largest: did the queue show in TTFT more than in TPOT (measured)?"""
@@ -338,6 +551,56 @@ def queue_answer(first: dict, last: dict, users: str) -> str:
     return said + ("the queue did not show in TTFT more than in TPOT here: with short answers the wait is short, and "
                    "with every sequence admitted at once their prompts share one long first step. More users and "
                    "longer answers (SMALL = False) make the queue show.")
+
+
+def tok_s_words(point: dict, users: str) -> str:
+    """A sweep point's output tok/s at one level, with its repeats' spread when it has one (measured)."""
+    spread = point.get(f"output_tok_s_spread@{users}")
+    said = f"{point[f'output_tok_s@{users}']:.1f} tok/s at {point['value']}"
+    return said + (f" (repeats {spread['low']:.1f}-{spread['high']:.1f}, n={spread['n']})" if spread else "")
+
+
+def _overlap(a: dict, b: dict, users: str) -> bool:
+    """Two points' tok/s repeats overlap (no spread: they are taken as apart)."""
+    x, y = a.get(f"output_tok_s_spread@{users}"), b.get(f"output_tok_s_spread@{users}")
+    return bool(x and y) and x["low"] <= y["high"] and y["low"] <= x["high"]
+
+
+def batch_answer(points: list[dict], users: str) -> list[str]:
+    """HF's batch-size sweep: what the largest batch reserved against the smallest, and what it bought in tok/s
+    (measured; within the repeats' spread said so)."""
+    first, last = points[0], points[-1]
+    mib = [p[f"kv_peak_reserved_bytes@{users}"] / 2**20 for p in (first, last)]
+    gain = last[f"output_tok_s@{users}"] / first[f"output_tok_s@{users}"]
+    lines = [f"Peak reserved KV: {mib[0]:.1f} MiB at batch {first['value']}, {mib[1]:.1f} MiB at {last['value']}; "
+             f"tok/s {tok_s_words(first, users)}, {tok_s_words(last, users)} ({gain:.2f}x, measured)."]
+    if _overlap(first, last, users):
+        return lines + ["The two batch sizes' tok/s overlap within their repeats' spread: the larger batch bought no "
+                        "measured speed here, only memory reserved for rows."]
+    if gain > 1.2:
+        return lines + ["A bigger static batch reserves batch x the longest padded length, and here it bought tokens "
+                        "too: one step serves several rows for little more than the cost of one."]
+    return lines + ["Here the larger batch bought almost no speed: on this device a step of several rows costs nearly "
+                    "as much as that many single steps, and padded rows compute for nothing. On a GPU, where one row "
+                    "leaves the device idle, the same sweep multiplies tok/s (docs/benchmarks.md)."]
+
+
+def blocks_answer(points: list[dict], users: str) -> list[str]:
+    """The block-size sweep: blocks in the pool (vLLM's count) and tok/s at each size (measured)."""
+    pools = ", ".join(f"{p['kv_total_blocks']} of {p['kv_block_size']} tokens" for p in points)
+    lines = [f"Blocks in the pool: {pools}; output tok/s: {', '.join(tok_s_words(p, users) for p in points)} "
+             f"(measured)."]
+    tokens = [p["kv_total_blocks"] * p["kv_block_size"] for p in points]
+    same = max(tokens) - min(tokens) <= max(p["kv_block_size"] for p in points)
+    lines.append("The same bytes held the same tokens (within a block): smaller blocks, more of them; each request's "
+                 "last block wastes less." if same else
+                 f"The pools held {min(tokens):,}-{max(tokens):,} tokens: the budget did not divide evenly here.")
+    fast = max(points, key=lambda p: p[f"output_tok_s@{users}"])
+    if len(points) > 1 and _overlap(points[0], points[-1], users):
+        lines.append("Their tok/s overlap within the repeats' spread: the block size cost no measured speed here.")
+    else:
+        lines.append(f"Blocks of {fast['kv_block_size']} tokens were fastest here.")
+    return lines
 
 
 def fanout_answer(separate: dict) -> str:
@@ -399,3 +662,83 @@ def _turn_line(engine: str, users: int, rows: list[dict], block: int | None, off
         return said + (f"it keeps whole blocks of {block} tokens only, and turn {before['turn']}'s prompts averaged "
                        f"{before['prompt_tokens_mean']:.0f} tokens, less than a block: the history was computed again.")
     return said + "the history was computed again: its blocks were no longer cached when the turn came (evicted)."
+
+
+def plan_answer(fields: dict, device: str) -> list[str]:
+    """The memory plan's arithmetic (computed), how many full-length requests fit, and what the budget is a share
+    of on this device."""
+    from lab.environment import gib
+
+    if fields.get("refused"):
+        return [f"vLLM would refuse this setting (computed): {fields['reason']}"]
+    blocks_one = -(-fields["max_model_len"] // fields["block_size"])
+    lines = [f"{gib(fields['kv_bytes_planned'])} of KV / ({fields['kv_bytes_per_token']:,} bytes per token x "
+             f"{fields['block_size']} tokens per block) = {fields['kv_blocks_planned']} blocks; one "
+             f"{fields['max_model_len']}-token request needs {blocks_one} blocks, so "
+             f"{fields['max_len_requests_at_once']} fit at once (computed)."]
+    lines += list(fields.get("notes", []))
+    fit = fields["max_len_requests_at_once"]
+    lines.append(f"{'Not even one' if fit < 1 else fit} full-length request{'s' if fit != 1 else ''} fit: vLLM "
+                 + ("refuses to start." if fit < 1 else "starts, since it refuses only when not even one fits. Most "
+                    "requests are far shorter and hold only the blocks their tokens fill, so more run at once; when "
+                    "the pool is full, new ones wait and running ones may be preempted (section 3)."))
+    if device == "cuda":
+        lines.append("On a GPU the fraction is of the card's total memory, not of what is free: two engines on one "
+                     "card must split it (their fractions add up to less than 1), or the second one fails to start.")
+    else:
+        lines.append("On a CPU the budget is kv_cache_gib, set apart in host memory for vLLM's blocks.")
+    return lines
+
+
+def sharing_answer(fields: dict, n: int) -> list[str]:
+    """Peak blocks of one answer, n answers in one request and n separate requests (measured), against n
+    unshared copies (computed), and whether the prompt's blocks were shared."""
+    one, many = fields["one"]["peak_blocks"], fields[f"n={n} in one request"]["peak_blocks"]
+    unshared = fields["unshared_blocks_estimate"]
+    lines = [f"Peak blocks: {one} for one answer, {many} for n={n} in one request (measured); {n} unshared copies "
+             f"would hold {unshared} ({n} x {one}, computed)."]
+    if many < unshared:
+        lines.append(f"The {n} answers held {unshared - many} fewer blocks than unshared copies: the prompt's full "
+                     f"blocks were computed once and held once, and each answer added only its own partly filled last "
+                     f"block and its output.")
+    else:
+        lines.append(f"The {n} answers held as many blocks as unshared copies: nothing was shared here (a prompt "
+                     f"shorter than one block has no full block to share).")
+    return lines + [fanout_answer(fields[f"{n} separate requests"])]
+
+
+def more_answers(fewer: dict, more: dict, counts: tuple[int, int]) -> list[str]:
+    """The exercise: what each extra answer cost in blocks (measured), against an unshared copy (measured)."""
+    a, b = (f[f"n={k} in one request"]["peak_blocks"] for f, k in ((fewer, counts[0]), (more, counts[1])))
+    each, copy = (b - a) / (counts[1] - counts[0]), more["one"]["peak_blocks"]
+    lines = [f"Peak blocks: {a} with n={counts[0]}, {b} with n={counts[1]} (measured); unshared, n={counts[1]} would "
+             f"hold {more['unshared_blocks_estimate']} (computed)."]
+    if each < copy:
+        lines.append(f"Each extra answer added {each:.1f} blocks against {copy} for a whole copy of one answer: it "
+                     f"added only its own last block and output; the prompt's full blocks stayed held once.")
+    else:
+        lines.append(f"Each extra answer added {each:.1f} blocks, as many as a whole copy ({copy}): no sharing "
+                     f"showed here.")
+    return lines
+
+
+def preemption_answer(fields: dict, guess) -> list[str]:
+    """The small pool against the normal one: failures, waits, preemptions and tok/s (measured)."""
+    small, normal = fields["small"], fields["normal"]
+    lines = [f"You guessed {guess!r}. Small pool ({small['kv_blocks']} blocks): {small['completed']} completed, "
+             f"{small['errors']} errors, {small['preemptions']} preemption(s), {small['output_tok_s']:.1f} tok/s. "
+             f"Normal pool ({normal['kv_blocks']} blocks): {normal['preemptions']} preemptions, "
+             f"{normal['output_tok_s']:.1f} tok/s (measured)."]
+    said = "No request failed: " if not small["errors"] else f"{small['errors']} request(s) failed: "
+    said += f"requests waited (up to {small['peak_waiting']} at once) "
+    if small["preemptions"]:
+        said += (f"and {small['preemptions']} time(s) a running request needed a block the pool did not have, so "
+                 f"vLLM preempted one (the lowest-priority running request) to make room. ")
+    else:
+        said += ("and every running request found its next block, so nothing was preempted this time (more users or "
+                 "longer answers would). ")
+    if normal["output_tok_s"]:
+        ratio = small["output_tok_s"] / normal["output_tok_s"]
+        said += f"The small pool made {ratio:.2f}x the normal pool's tok/s: " + (
+            "with fewer blocks, fewer requests could run at once." if ratio < 1 else "no slower here.")
+    return lines + [said, f"Preemption mode: {fields['preemption_mode']}."]

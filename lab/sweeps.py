@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import json
 import logging
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,15 +102,16 @@ def default_values(knob: str, device: str) -> str:
 
 
 def sweep_plan(knob: str, values: str, users: str = "5", workload: str = "mixed", requests_per_user: int = 2,
-               output_len: int | None = None) -> SweepPlan:
-    """A SweepPlan from text (CLI flags, the Sweeps tab's form); 0 or None output_len keeps the workload's.
+               output_len: int | None = None, repeats: int = 1) -> SweepPlan:
+    """A SweepPlan from text (CLI flags, the Sweeps tab's form); 0 or None output_len keeps the workload's; with
+    repeats, each value's load runs that many times (a point holds the medians and tok/s's spread).
 
     Raises:
         ValueError: an unknown knob, values that are not numbers, or a bad load (before anything restarts).
     """
     out = None if output_len is None else whole(output_len, "output length (0 = the workload's)", low=0) or None
     load = LoadConfig(users=parse_users(users), workload=workload, warmup_requests=1, output_len=out,
-                      requests_per_user=whole(requests_per_user, "requests per user", low=1))
+                      requests_per_user=whole(requests_per_user, "requests per user", low=1), repeats=repeats)
     return SweepPlan(knob, parse_values(knob, values), load)
 
 
@@ -235,16 +237,28 @@ async def measure_point(session, plan: SweepPlan, config: EngineConfig, result: 
     arg = ENGINE_ARGS.get(plan.knob, plan.knob)
     point = {"value": current_value(config, plan.knob), "engine_arg": f"{arg}={info.args.get(arg)}",
              "restart_s": restart_s, "kv_total_blocks": info.kv_total_blocks, "kv_block_size": info.kv_block_size}
-    for level in levels:
-        s = level.summary
-        point[f"output_tok_s@{s.users}"] = s.output_tok_s
-        point[f"ttft_p50_s@{s.users}"] = s.ttft_s.p50
-        point[f"tpot_p50_s@{s.users}"] = s.tpot_s.p50
-        if plan.engine == "vllm":
-            point[f"kv_peak_used_blocks@{s.users}"] = level.kv.get("peak_used_blocks")
-        else:
-            point[f"kv_peak_reserved_bytes@{s.users}"] = level.kv.get("peak_reserved_bytes")
+    for users in dict.fromkeys(lvl.summary.users for lvl in levels):
+        point.update(_level_figures([lvl for lvl in levels if lvl.summary.users == users], users, plan.engine))
     return point
+
+
+def _level_figures(levels: list, users: int, engine: str) -> dict:
+    """One user level of a point: the median over its repeats of tok/s, TTFT and TPOT p50, the peak KV, and with
+    several repeats tok/s's spread."""
+    def median(values) -> float | None:
+        found = [v for v in values if v is not None]
+        return statistics.median(found) if found else None
+
+    tok_s = [lvl.summary.output_tok_s for lvl in levels]
+    figures = {f"output_tok_s@{users}": median(tok_s),
+               f"ttft_p50_s@{users}": median(lvl.summary.ttft_s.p50 for lvl in levels),
+               f"tpot_p50_s@{users}": median(lvl.summary.tpot_s.p50 for lvl in levels)}
+    key, field = (("kv_peak_used_blocks", "peak_used_blocks") if engine == "vllm" else
+                  ("kv_peak_reserved_bytes", "peak_reserved_bytes"))
+    figures[f"{key}@{users}"] = max((v for lvl in levels if (v := lvl.kv.get(field)) is not None), default=None)
+    if len(levels) > 1:
+        figures[f"output_tok_s_spread@{users}"] = {"low": min(tok_s), "high": max(tok_s), "n": len(tok_s)}
+    return figures
 
 
 def write_sweep(result: SweepResult | dict, out_dir: str | Path) -> dict[str, Path]:

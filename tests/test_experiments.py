@@ -35,6 +35,15 @@ def test_waste_paged_blocks_waste_less_than_static_batches(lab, tmp_path):
     result = experiment(lab, "waste", users=8, output_len=24)
     hf, vllm = result.fields["hf"]["waste_pct"], result.fields["vllm"]["waste_pct"]
     assert 0 <= vllm["mean"] < hf["mean"] <= 100
+    static = result.fields["hf-static"]  # every row reserved for the load's longest request, up front
+    assert static["cache_tokens_per_row"] == 512 + 24 and static["kinds_pct"]["reservation"] > 0
+    for name in ("hf", "hf-static", "vllm"):  # the kinds split each engine's held memory x time
+        kinds = result.fields[name]["kinds_pct"]
+        assert sum(kinds.values()) == pytest.approx(100, abs=0.05)
+        assert kinds["internal"] + kinds["reservation"] + kinds["external"] == pytest.approx(
+            result.fields[name]["waste_pct"]["mean"], abs=0.05)
+    assert result.fields["vllm"]["kinds_pct"]["reservation"] == result.fields["hf"]["kinds_pct"]["reservation"] == 0
+    assert static["kinds_pct"]["real"] < result.fields["hf"]["kinds_pct"]["real"]  # reserving ahead holds more
     per_token = 11520 * DTYPE_BYTES[lab.config.resolved_dtype()]  # 2 x 30 layers x 3 KV heads x 64 elements
     assert result.fields["bytes_per_token"] == per_token and "30 layers x 3 KV heads x 64" in \
         result.fields["bytes_per_token_formula"]
@@ -43,6 +52,7 @@ def test_waste_paged_blocks_waste_less_than_static_batches(lab, tmp_path):
     assert saved["experiment"] == "waste" and saved["hf"]["waste_pct"]["mean"] == hf["mean"]
     assert {"model", "device", "engine_args", "versions", "params"} <= set(saved)
     assert paths["csv"].read_text().startswith("engine,time_s,held_tokens,real_tokens")
+    assert {"hf", "hf-static", "vllm"} == {row["engine"] for row in result.rows}
 
 
 def test_blocks_derived_picture_agrees_with_vllms_count(lab):
@@ -53,10 +63,14 @@ def test_blocks_derived_picture_agrees_with_vllms_count(lab):
 
 
 def test_prefix_constant_block_first_hits_the_cache(lab):
-    result = experiment(lab, "prefix", requests=4, users=1, shared_tokens=256, unique_tokens=32, output_len=4)
+    result = experiment(lab, "prefix", requests=4, users=1, shared_tokens=256, unique_tokens=32, output_len=4,
+                        repeats=2)
     first, last = result.fields["first"], result.fields["last"]
     assert first["hit_rate"] > 0.3 and last["hit_rate"] < 0.1 and first["hit_rate"] > last["hit_rate"]
     assert first["queried_tokens"] > 0 and first["ttft_p50_s"] > 0 and last["ttft_p50_s"] > 0
+    assert first["computed"] == {"hit_tokens": 3 * 256, "hit_rate": 3 * 256 / (4 * 288), "full_blocks": 2}
+    assert abs(first["hit_rate"] - first["computed"]["hit_rate"]) < 0.1 and last["computed"]["hit_tokens"] == 0
+    assert result.fields["ttft_ratio_spread"]["n"] == 2 and {r["repeat"] for r in result.rows} == {0, 1}
 
 
 def test_preemption_small_pool_preempts_normal_pool_does_not(lab):

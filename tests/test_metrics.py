@@ -189,3 +189,34 @@ def test_a_live_kv_row_is_kept_only_once_the_sample_after_it_has_settled():
              for r in records]
     level = LevelResult(engine="vllm", users=2, planned=4, sent=moved, samples=recent)
     assert level.kv_held(None) == _naive_usage_rows(recent, moved) and level._live[1] == 0
+
+
+def test_a_batchs_slots_split_into_the_papers_kinds_of_waste():
+    from lab.engines.base import GenRequest
+    from lab.engines.hf import _Batch, _Slot, slot_kinds
+
+    def slot(prompt, max_tokens, made, done=False):
+        return _Slot(GenRequest("r", (1,) * prompt, max_tokens), out=None, made=made, done=done)
+
+    batch = _Batch([slot(10, 8, 3), slot(6, 4, 3), slot(4, 2, 2, done=True)], padded_len=10, epoch=0, step=3)
+    dynamic = slot_kinds(batch, None)  # rows of padded prompt + steps: no reservation, no spare rows
+    assert dynamic == {"held": 39, "real": 22, "reservation": 0, "external": 0, "internal": 17}
+    static = slot_kinds(_Batch(batch.slots, padded_len=10, epoch=0, step=3, fillers=1), 20)
+    assert static == {"held": 80, "real": 22, "reservation": 6, "external": 20, "internal": 32}
+
+
+def test_kinds_shares_weight_each_kind_by_time_and_paged_engines_waste_only_inside_blocks():
+    from lab.metrics.kv import kinds_series, kinds_shares
+
+    hf = [EngineSample("hf", t, 2, 0, kv_reserved_bytes=held, kv_real_bytes=real, kv_reservation_bytes=res,
+                       kv_internal_bytes=held - real - res, kv_external_bytes=0)
+          for t, held, real, res in ((0, 100, 20, 60), (1, 100, 60, 20), (3, 0, 0, 0))]
+    shares = kinds_shares(kinds_series("hf", hf, [], 10))
+    assert shares == pytest.approx({"real": 140 / 300, "reservation": 100 / 300, "internal": 60 / 300,
+                                    "external": 0.0})
+    assert kinds_shares([]) == dict.fromkeys(shares)
+    records = [RequestRecord("vllm", 1, 0, "r", send_s=0.0, prompt_tokens=40, max_tokens=2, first_token_s=0.5,
+                             end_s=2.0, token_times_s=[0.5, 1.5])]
+    vllm = [EngineSample("vllm", t, 1, 0, kv_usage=0.5, kv_total_blocks=2, kv_block_size=64) for t in (1.0, 2.0)]
+    rows = kinds_series("vllm", vllm, records, None)  # a step's tokens arrive before the next sample
+    assert [row[1:] for row in rows] == [(64, 42, 0, 22, 0), (64, 0, 0, 64, 0)]

@@ -12,6 +12,7 @@ from lab.config import EngineConfig
 from lab.experiments.cache import growth
 from lab.ladder import largest
 from lab.notebook import Answer
+from lab.sentences import ENGINE_LABELS, gain_words
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
@@ -116,7 +117,7 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeyp
             assert f"largest step is **{big['lower']} → {big['upper']}**, {big['value']:.2f}x" in str(said)
             assert result.fields["caption"] in str(said)
     if path.stem == "01_hf_vs_vllm":  # the exercise's answer says grew or shrank as its own two ratios did
-        a, b = (float(namespace[name]["ratio"]["5"]) for name in ("summary", "exercise"))
+        a, b = (float(namespace[name]["ratio"][str(namespace["TOP"])]) for name in ("summary", "exercise"))
         assert f"{'grew' if b > a else 'shrank'} from {a:.2f}x" in str(answers[1])
     if path.stem == "02_paged_attention":  # each answer's branch is the one its run's numbers call for
         table = namespace["table"].fields  # ids read from vLLM's KV cache manager, not derived from token counts
@@ -127,13 +128,34 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeyp
         for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):
             hf, vllm = (result.fields[e]["waste_pct"]["mean"] for e in ("hf", "vllm"))
             assert f"{'HF' if hf > vllm else 'vLLM'} wasted more here" in str(said)
+            kept = {e: result.fields[e]["kinds_pct"]["real"] for e in ENGINE_LABELS}  # HF's static cache's too
+            assert f"{ENGINE_LABELS[max(kept, key=kept.get)]} kept the largest share" in str(said)
     if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
-        hf = namespace["result"].fields["decode"]["hf"]["gain"]
-        assert ("HF gained" if hf >= 1 else "HF lost") in str(answers[0])
+        hf = namespace["result"].fields["decode"]["hf"]
+        assert hf["gain_spread"]["n"] == 3 and f"HF {gain_words(hf['gain'], hf['gain_spread'])}" in str(answers[0])
+        vllm, more = namespace["decode"]["vllm"]["gain"], namespace["more"]["vllm"]["gain"]
+        step, users = more / vllm, max(namespace["EXERCISE_USERS"]) / namespace["most"]
+        assert ("it flattened" if step < 1 + 0.5 * (users - 1) else "it kept growing") in str(answers[1])
     if path.stem == "04_sweeps":  # the queue's answer is the one its own TTFT and TPOT call for
         first, last, u = namespace["first"], namespace["last"], namespace["u"]
         ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))
         assert ("the queue cost first tokens more" if ttft > tpot * 1.2 else "did not show in TTFT") in str(answers[0])
+        assert first[f"output_tok_s_spread@{u}"]["n"] == 3 and ", n=3)" in str(answers[0])  # the spread is printed
+    if path.stem == "05_prefix_caching":  # which order found more cached, and whether TTFT moved beyond its spread
+        fields = namespace["result"].fields
+        first, last, spread = fields["first"]["hit_rate"], fields["last"]["hit_rate"], fields["ttft_ratio_spread"]
+        said = "So the constant-first order found" if first > last else "found no more cached"
+        assert said in str(answers[0]) and spread["n"] == 3
+        straddle = spread["low"] <= 1 <= spread["high"]
+        assert ("the repeats straddle 1" in str(answers[0])) == straddle
+        blocks = namespace["short"].fields["first"]["computed"]["full_blocks"]
+        assert ("fill no full block" if blocks == 0 else "still fill") in str(answers[1])
+    if path.stem == "06_sharing_a_gpu":  # shared or not, as the measured peaks say
+        s = namespace["s"]
+        shared = s["n=4 in one request"]["peak_blocks"] < s["unshared_blocks_estimate"]
+        assert ("fewer blocks than unshared copies" if shared else "nothing was shared") in str(answers[1])
+        preempted = namespace["preemption"].fields["small"]["preemptions"]
+        assert ("vLLM preempted one" if preempted else "nothing was preempted") in str(answers[2])
     if path.stem == "04_sweeps":  # its block-size sweep really changed the block, and the pool with it
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]

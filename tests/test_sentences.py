@@ -151,3 +151,165 @@ def test_chat_answer_follows_the_hits_each_engine_measured():
     assert "no longer cached" in line and "less than a block" not in line  # 300 tokens held whole blocks
     (line,) = chat_answer({**long, "engine_args": {"vllm": {"enable_prefix_caching": False}}})
     assert "prefix cache was off" in line and "computed every one of the 900 prompt tokens again" in line
+
+
+# Two recorded waste runs on this CPU (4 users x 3 requests): `spread`, where vLLM kept the most of its KV holding
+# tokens, and `equal` at 24 tokens, where HF's dynamic batches wasted nothing and vLLM's 128-token blocks the most.
+SPREAD = {"hf": {"kinds_pct": {"real": 42.14, "reservation": 0.0, "internal": 57.86, "external": 0.0}},
+          "hf-static": {"kinds_pct": {"real": 22.8, "reservation": 10.54, "internal": 66.66, "external": 0.0},
+                        "cache_tokens_per_row": 160},
+          "vllm": {"kinds_pct": {"real": 44.82, "reservation": 0.0, "internal": 55.18, "external": 0.0},
+                   "block_size": 128},
+          "tokens_per_request": {"min": 37, "max": 104}}
+EQUAL = {"hf": {"kinds_pct": {"real": 100.0, "reservation": 0.0, "internal": 0.0, "external": 0.0}},
+         "hf-static": {"kinds_pct": {"real": 32.7, "reservation": 22.66, "internal": 44.64, "external": 0.0},
+                       "cache_tokens_per_row": 56},
+         "vllm": {"kinds_pct": {"real": 14.79, "reservation": 0.0, "internal": 85.21, "external": 0.0},
+                  "block_size": 128},
+         "tokens_per_request": {"min": 31, "max": 31}}
+
+
+def test_the_kinds_answer_follows_each_runs_shares_and_sets_them_beside_the_paper():
+    from lab.sentences import kinds_answer
+
+    spread, equal = " ".join(kinds_answer(SPREAD)), " ".join(kinds_answer(EQUAL))
+    assert "HF with a static cache: 22.8 % of the KV it held held tokens; reservation 10.54 %" in spread
+    assert "vLLM kept the largest share" in spread and "HF kept the largest share" in equal
+    assert "HF wasted nothing measurable here" in equal and "HF wasted nothing" not in spread
+    assert "every request here held 31 tokens, fewer than one block" in equal
+    assert "20.4-38.2 %" in spread and "kept 22.8 % here (measured), within the paper's Orca range" in spread
+    assert "vLLM kept 14.79 % here (measured), below the paper's 96.3 %" in equal
+
+
+def test_the_kinds_answer_names_reservation_and_spare_rows_when_they_lead():
+    from lab.sentences import kinds_answer
+
+    reserved = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 50.0, "internal": 15.0, "external": 5.0},
+                              "cache_tokens_per_row": 560},
+                "vllm": {"kinds_pct": {"real": 97.0, "reservation": 0.0, "internal": 3.0, "external": 0.0},
+                         "block_size": 16}, "tokens_per_request": {"min": 300, "max": 560}}
+    text = " ".join(kinds_answer(reserved))
+    assert "largest waste was reservation (50.0 %): every row was reserved for the load's longest request (560" in text
+    assert "vLLM kept 97.0 % here (measured), close to the paper's 96.3 %." in text and "below the paper" not in text
+    spare = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 10.0, "internal": 20.0, "external": 40.0},
+                           "cache_tokens_per_row": 160}}
+    assert "rows left over held no request" in " ".join(kinds_answer(spare))
+
+
+def test_the_waste_change_names_the_engine_whose_waste_moved_more():
+    from lab.sentences import waste_change
+
+    def waste(hf, vllm):
+        return {"hf": {"waste_pct": {"mean": hf}}, "vllm": {"waste_pct": {"mean": vllm}}}
+
+    hf_moved = waste_change(waste(57.86, 55.18), waste(0.0, 85.21), ("spread", "equal"))
+    assert hf_moved == ("From `spread` to `equal` HF's fell 57.9 points; vLLM's rose 30.0 points (time-weighted "
+                        "waste, measured): HF's waste changed more.")
+    assert "vLLM's waste changed more" in waste_change(waste(40, 10), waste(41, 60), ("a", "b"))
+    assert "HF's did not move" in waste_change(waste(40, 10), waste(40, 60), ("a", "b"))
+
+
+def test_gains_carry_their_spread_and_overlapping_gains_are_not_ranked():
+    from lab.sentences import gain_words, more_users_answer, phases_answer
+
+    assert gain_words(2.31, {"low": 2.1, "high": 2.52, "n": 3}) == "gained 2.31x (repeats 2.10-2.52x)"
+    assert "no measured gain or loss" in gain_words(1.02, {"low": 0.95, "high": 1.1, "n": 3})
+
+    def engine(gain, low, high):
+        return {"gain": gain, "gain_spread": {"low": low, "high": high, "n": 3}}
+
+    apart = {"decode": {"hf": engine(1.5, 1.4, 1.6), "vllm": engine(2.6, 2.5, 2.8)},
+             "prefill": {"hf": engine(1.1, 1.0, 1.2), "vllm": engine(1.2, 1.1, 1.3)}}
+    close = {"decode": {"hf": engine(2.4, 2.0, 2.7), "vllm": engine(2.5, 2.2, 2.9)},
+             "prefill": {"hf": engine(1.1, 1.0, 1.2), "vllm": engine(2.3, 2.0, 2.6)}}
+    assert "Decode gained more" in " ".join(phases_answer(apart, 3)) and "HF gained less" in " ".join(
+        phases_answer(apart, 3))
+    said = " ".join(phases_answer(close, 3))
+    assert "no measured difference between the two kinds" in said and "gains overlap" in said
+    flat = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(2.7, 2.6, 2.9)},
+                                      (3, 4)))
+    grew = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(6.0, 5.5, 6.5)},
+                                      (3, 8)))
+    assert "it flattened" in flat and "it kept growing" in grew
+
+
+def test_sweep_answers_say_when_the_repeats_overlap():
+    from lab.sentences import batch_answer, blocks_answer
+
+    def point(value, tok_s, low, high, **more):
+        return {"value": value, "output_tok_s@4": tok_s, "output_tok_s_spread@4": {"low": low, "high": high, "n": 3},
+                **more}
+
+    def batch(value, tok_s, low, high):
+        return point(value, tok_s, low, high, **{"kv_peak_reserved_bytes@4": value * 2**20})
+
+    faster = " ".join(batch_answer([batch(1, 20, 19, 21), batch(4, 40, 38, 42)], "4"))
+    same = " ".join(batch_answer([batch(1, 20, 18, 23), batch(4, 21, 19, 24)], "4"))
+    assert "20.0 tok/s at 1 (repeats 19.0-21.0, n=3)" in faster and "it bought tokens" in faster
+    assert "overlap within their repeats' spread" in same and "bought tokens" not in same
+    blocks = [point(64, 30, 29, 31, kv_total_blocks=182, kv_block_size=64),
+              point(128, 33, 32, 34, kv_total_blocks=91, kv_block_size=128)]
+    said = " ".join(blocks_answer(blocks, "4"))
+    assert "182 of 64 tokens, 91 of 128 tokens" in said and "same tokens" in said and "128 tokens were fastest" in said
+
+
+# Two recorded prefix runs on this CPU (4 requests, 1 user, blocks of 128): 384 shared tokens in 3 turns, where the
+# constant-first order hit the cache and TTFT fell; 64 shared tokens once, where nothing hit and TTFT did not move.
+def prefix_run(hit_first, blocks, ttft_first, ttft_last, low, high, n, shared_hits):
+    def order(rate, computed_rate, ttft, full):
+        return {"hit_rate": rate, "queried_tokens": 5184 if n == 3 else 448, "ttft_p50_s": ttft,
+                "computed": {"hit_tokens": shared_hits, "hit_rate": computed_rate, "full_blocks": full}}
+
+    return {"first": order(hit_first, hit_first, ttft_first, blocks), "last": order(0.0, 0.0, ttft_last, 0),
+            "ttft_last_over_first": ttft_last / ttft_first, "block_size": 128,
+            "ttft_ratio_spread": {"low": low, "high": high, "n": n}}
+
+
+LONG = prefix_run(2 / 3, 3, 0.0509, 0.2804, 5.17, 5.60, 3, 1152)
+SHORT = prefix_run(0.0, 0, 0.0785, 0.0771, 0.98, 0.98, 1, 0)
+
+
+def test_the_prefix_answers_follow_the_hits_and_the_ttft_spread():
+    from lab.sentences import prefix_answer, short_prefix_answer, ttft_words
+
+    long = " ".join(prefix_answer(LONG, 384))
+    assert "Constant block first: 67% of the 5,184 prompt tokens looked up hit the cache (measured); the block rule " \
+           "gives 67% (computed): the two agree." in long
+    assert "So the constant-first order found 67%" in long and "5.51x (measured; repeats 5.17-5.60x, n=3)" in long
+    short = " ".join(prefix_answer(SHORT, 64))
+    assert "found no more cached (0%) than the last" in short and "the constant-last order was not slower" in short
+    straddle = {**LONG, "ttft_ratio_spread": {"low": 0.9, "high": 1.3, "n": 3}}
+    assert "the repeats straddle 1" in ttft_words(straddle)
+    exercise = " ".join(short_prefix_answer(SHORT, LONG, (64, 384)))
+    assert "0% hit with 64 shared tokens, 67% with 384" in exercise and "fill no full block of 128" in exercise
+    fewer = {**LONG, "first": {**LONG["first"], "hit_rate": 0.4}}
+    assert "fewer hit than the rule allows" in prefix_answer(fewer, 384)[0]
+
+
+def test_the_sharing_a_device_answers_follow_the_measured_peaks():
+    from lab.sentences import more_answers, plan_answer, preemption_answer, sharing_answer
+
+    def sharing(n, one, many, hits):
+        return {"one": {"peak_blocks": one}, f"n={n} in one request": {"peak_blocks": many},
+                f"{n} separate requests": {"prefix_hit_tokens": hits}, "unshared_blocks_estimate": n * one}
+
+    shared = " ".join(sharing_answer(sharing(4, 5, 8, 384), 4))
+    unshared = " ".join(sharing_answer(sharing(4, 1, 4, 0), 4))
+    assert "held 12 fewer blocks than unshared copies" in shared and "nothing was shared" in unshared
+    assert "added 0.8 blocks against 5" in " ".join(more_answers(sharing(4, 5, 8, 0), sharing(8, 5, 11, 0), (4, 8)))
+    plan = {"kv_bytes_planned": 2**29, "kv_bytes_per_token": 23040, "block_size": 128, "kv_blocks_planned": 182,
+            "max_model_len": 2048, "max_len_requests_at_once": 11, "notes": []}
+    assert "11 full-length requests fit" in " ".join(plan_answer(plan, "cpu"))
+    gpu, cpu = " ".join(plan_answer(plan, "cuda")), " ".join(plan_answer(plan, "cpu"))
+    assert "total memory" in gpu and "total memory" not in cpu
+
+    def pool(blocks, preemptions, tok_s):
+        return {"kv_blocks": blocks, "completed": 10, "errors": 0, "preemptions": preemptions, "output_tok_s": tok_s,
+                "peak_waiting": 6}
+
+    hit = " ".join(preemption_answer({"small": pool(17, 3, 20.0), "normal": pool(91, 0, 40.0),
+                                      "preemption_mode": "recompute"}, "slow"))
+    calm = " ".join(preemption_answer({"small": pool(17, 0, 40.0), "normal": pool(91, 0, 39.0),
+                                       "preemption_mode": "recompute"}, None))
+    assert "vLLM preempted one" in hit and "0.50x the normal pool's tok/s: with fewer blocks" in hit
+    assert "nothing was preempted" in calm and "no slower here" in calm

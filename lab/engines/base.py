@@ -87,8 +87,11 @@ class EngineSample:
 
     vLLM fills the block fields from its SchedulerStats (kv_usage = 1 - free/total blocks, vLLM's own
     definition). HF fills the byte fields from the shapes of its static batch: reserved is what the
-    batch's contiguous cache holds (batch x padded length), real the part holding the requests' own
-    prompt and output tokens.
+    batch's contiguous cache holds (batch x padded length; with a static cache, its rows x their reserved
+    length), real the part holding running requests' own prompt and output tokens, and the rest by kind, in
+    the vLLM paper's terms: reservation (slots a running request will still fill), internal fragmentation
+    (slots of a request's row it never fills: padding, past its end, a finished request's row) and external
+    fragmentation (rows no request holds).
     """
 
     engine: str
@@ -100,6 +103,9 @@ class EngineSample:
     kv_block_size: int | None = None
     kv_reserved_bytes: int | None = None
     kv_real_bytes: int | None = None
+    kv_reservation_bytes: int | None = None
+    kv_internal_bytes: int | None = None
+    kv_external_bytes: int | None = None
     preemptions_total: int = 0
     prefix_queries_total: int = 0
     prefix_hits_total: int = 0

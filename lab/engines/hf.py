@@ -339,26 +339,47 @@ class HFEngine:
                 slot.done = True
                 endings.append((slot, RequestCancelled("cancelled")))
         all_done = all(slot.done for slot in batch.slots)
-        self._sample(batch)
-        if all_done:
-            self._sample(None)  # before the last answer goes out, so the level sees the batch end
+        self._sample(None if all_done else batch)  # before the last answer goes out, so the level sees the end
         for slot, item in endings:
             self._push(slot, item)
         return [slot.done for slot in batch.slots]
 
     def _sample(self, batch: _Batch | None) -> None:
         per_token = self.info.kv_bytes_per_token if self.info else 0
-        if batch is None:
-            reserved = real = running = 0
-        else:
-            running = len(batch.slots)
-            reserved = running * (batch.padded_len + batch.step) * per_token
-            real = sum(s.request.prompt_len + s.made for s in batch.slots) * per_token
+        slots = slot_kinds(batch, self._cache_len()) if batch is not None else dict.fromkeys(KINDS_HELD, 0)
         sample = EngineSample(
-            engine=self.name, time_s=time.perf_counter(), running=running,
-            waiting=self._pending.qsize(), kv_reserved_bytes=reserved, kv_real_bytes=real,
+            engine=self.name, time_s=time.perf_counter(), running=len(batch.slots) if batch else 0,
+            waiting=self._pending.qsize(), kv_reserved_bytes=slots["held"] * per_token,
+            kv_real_bytes=slots["real"] * per_token, kv_reservation_bytes=slots["reservation"] * per_token,
+            kv_internal_bytes=slots["internal"] * per_token, kv_external_bytes=slots["external"] * per_token,
         )
         self._samples.add(sample)
+
+    def _cache_len(self) -> int | None:
+        """Slots per row of the static cache (hf_compile); None for generate()'s dynamic cache."""
+        return self.config.max_model_len if self.config.hf_compile else None
+
+
+KINDS_HELD = ("held", "real", "reservation", "internal", "external")
+
+
+def slot_kinds(batch: _Batch, cache_len: int | None) -> dict[str, int]:
+    """The KV token slots a batch holds, by kind (the vLLM paper's terms).
+
+    held: every row's slots: a static cache's rows x ``cache_len``, reserved up front; generate()'s dynamic cache
+    (``cache_len`` None) grows each row to padded prompt + steps so far. real: running requests' prompt and
+    output so far. reservation: slots a running request will still fill, up to its max_tokens (a static cache
+    only). external: rows no request holds (the filler rows that keep a compiled batch's shape). internal: the
+    rest, slots inside a request's row it never fills: left padding, past its own end, a finished request's row.
+    """
+    row = cache_len or batch.padded_len + batch.step
+    live = [s for s in batch.slots if not s.done]
+    held = row * (len(batch.slots) + batch.fillers)
+    real = sum(s.request.prompt_len + s.made for s in live)
+    reservation = sum(s.request.max_tokens - s.made for s in live) if cache_len else 0
+    external = row * batch.fillers
+    return {"held": held, "real": real, "reservation": reservation, "external": external,
+            "internal": held - real - reservation - external}
 
 
 class _StepObserver:

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 EXPERIMENTS = {
     "cache": "why a KV cache: ms per token with and without it as the sequence grows, and its bytes per token",
-    "waste": "KV memory held vs holding real tokens: HF's contiguous batches against vLLM's blocks",
+    "waste": "KV memory held vs holding real tokens, by kind of waste: HF's batches, HF's static cache, vLLM's blocks",
     "blocks": "vLLM's KV pool as a grid of blocks per request, derived and checked against vLLM's count",
     "table": "vLLM's real block table: the block ids each request holds, freed, reused and shared, read from vLLM",
     "prefix": "a long shared block first vs last in the prompt: prefix-cache hit rate and TTFT",
@@ -111,12 +111,20 @@ def _convert(key: str, value: Any, annotation: str) -> Any:
             raise ValueError(f"{key}: {value!r} is not a list of whole numbers like 1,5")
         return tuple(whole_or_none(v) for v in parts)
     if annotation.startswith("bool"):
-        return value.lower() in ("1", "true", "yes", "on") if isinstance(value, str) else value
+        return _flag(key, value)
     if annotation.startswith("int"):
         return _one(key, value, whole, "whole number")
     if annotation.startswith("float"):
         return _one(key, value, decimal, "number")
     return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    """true/yes/on/1 or false/no/off/0, in any case; anything else is refused by name, never read as false."""
+    word = str(value).strip().lower()
+    if isinstance(value, bool) or word in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value if isinstance(value, bool) else word in ("true", "yes", "on", "1")
+    raise ValueError(f"{key}: {value!r} is not true or false (yes/no, on/off, 1/0)")
 
 
 def _one(key: str, value: Any, rule, kind: str) -> Any:

@@ -10,7 +10,8 @@ block ids are not exposed). The experiment checks the derived count against vLLM
 from __future__ import annotations
 
 from lab.experiments import waste
-from lab.experiments.waste import Params, run_load
+from lab.experiments.waste import LoadParams as Params
+from lab.experiments.waste import run_load
 from lab.load.driver import RequestRecord
 from lab.metrics.kv import blocks_held, vllm_usage_series
 

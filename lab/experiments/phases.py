@@ -3,11 +3,13 @@
 A decode step makes one token per running request and is cheap per token when many requests share it,
 so decode-bound work (short prompts, long answers) gains most from concurrency; prefill already fills
 the hardware with many prompt tokens at once, so prefill-bound work (long prompts, short answers) gains
-little. Gain = output tok/s at the most users / output tok/s at the fewest.
+little. Gain = output tok/s at the most users / output tok/s at the fewest, per repeat (the same requests each
+time, engines interleaved); the gain reported is the median of the repeats', with their spread.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from lab.config import LoadConfig, RunPlan
@@ -15,40 +17,54 @@ from lab.estimate import planned_outputs
 from lab.experiments import ended
 
 WORKLOADS = ("prefill", "decode")
-MAX_TOKENS = 8192  # output tokens the experiment may ask of each engine: at the defaults a few minutes on 2 cores;
-#                    its first defaults (1-20 users, 256-512-token answers: 14,000 tokens) ran past 10 minutes
+DECODE_WORKLOADS = ("decode", "spread")  # short prompts, answers longer than them
+MAX_TOKENS = {"cpu": 8192, "cuda": 262144}  # output tokens the experiment may ask of each engine: on 2 cores a few
+#   minutes (its first defaults, 1-20 users of 256-512-token answers, 14,000 tokens, ran past 10 minutes); a GPU
+#   makes thousands of tokens a second
 
 
 ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
 
 @dataclass(frozen=True)
 class Params:
-    """users: levels; requests_per_user; decode_output_len: shortens the decode preset's answers (None: its
-    own 256-512 tokens)."""
+    """users: levels; requests_per_user; decode_output_len: shortens the decode-bound answers (None: the
+    workload's own); decode_workload: decode (answers of 256-512 tokens) or spread (8-96: short, and of different
+    lengths); repeats: runs of every level (the gains get a spread)."""
 
     users: tuple[int, ...] = (1, 5)
     requests_per_user: int = 1
     decode_output_len: int | None = None
+    decode_workload: str = "decode"
+    repeats: int = 1
 
     def plans(self, config) -> list[RunPlan]:
-        """One plan per workload (each validates users, lengths and max_model_len)."""
+        """One plan per workload (each validates users, lengths, repeats and max_model_len)."""
         return [RunPlan(engines=("hf", "vllm"), engine=config, load=LoadConfig(
-            users=self.users, workload=w, requests_per_user=self.requests_per_user, warmup_requests=1,
-            output_len=self.decode_output_len if w == "decode" else None)) for w in WORKLOADS]
+            users=self.users, workload=self.workload(w), requests_per_user=self.requests_per_user, warmup_requests=1,
+            output_len=self.decode_output_len if w == "decode" else None, repeats=self.repeats)) for w in WORKLOADS]
+
+    def workload(self, kind: str) -> str:
+        """The workload that stands for prefill- or decode-bound work."""
+        return self.decode_workload if kind == "decode" else kind
 
     def __post_init__(self) -> None:
-        LoadConfig(users=self.users, requests_per_user=self.requests_per_user, output_len=self.decode_output_len)
+        if self.decode_workload not in DECODE_WORKLOADS:
+            raise ValueError(f"decode_workload must be one of {', '.join(DECODE_WORKLOADS)}, "
+                             f"not {self.decode_workload!r}")
+        LoadConfig(users=self.users, requests_per_user=self.requests_per_user, output_len=self.decode_output_len,
+                   repeats=self.repeats)
 
 
 def check(params: Params, config) -> None:
     """Both presets' longest requests must fit max_model_len (RunPlan's rule); the output tokens asked of each
     engine stay within MAX_TOKENS."""
     plans = params.plans(config)
-    asked = sum(sum(planned_outputs(plan.load, users)) for plan in plans for users in params.users)
-    if asked > MAX_TOKENS:
+    asked = params.repeats * sum(sum(planned_outputs(plan.load, users)) for plan in plans for users in params.users)
+    bound = MAX_TOKENS["cuda" if config.resolved_device() == "cuda" else "cpu"]
+    if asked > bound:
         raise ValueError(f"phases at users={','.join(map(str, params.users))} asks each engine for {asked:,} output "
-                         f"tokens, past the limit of {MAX_TOKENS:,} (minutes per engine on a small CPU): give fewer "
-                         f"users (users=1,5) or shorter answers (decode_output_len=64)")
+                         f"tokens, past the limit of {bound:,} (minutes per engine on a small CPU): give fewer "
+                         f"users (users=1,5), shorter answers (decode_output_len=64) or fewer repeats")
 
 
 async def run(session, params: Params, result, notify) -> None:
@@ -59,22 +75,38 @@ async def run(session, params: Params, result, notify) -> None:
         notify(result)
         ended(await session.run(plan, result=result.run))
         result.fields[workload] = summarize(result.run)
-        result.rows += [{"workload": workload, "engine": s.engine, "users": s.users,
+        result.rows += [{"workload": workload, "engine": s.engine, "users": s.users, "repeat": s.repeat,
                          "output_tok_s": s.output_tok_s, "ttft_p50_s": s.ttft_s.p50, "tpot_p50_s": s.tpot_s.p50}
                         for s in result.run.summaries()]
         notify(result)
 
 
 def summarize(run) -> dict:
-    """Per engine: tok/s, TTFT and TPOT p50 per level, and the gain from the fewest to the most users."""
+    """Per engine: tok/s (mean of the repeats), TTFT and TPOT p50 (median) per level, and the gain from the fewest
+    to the most users: the median of the repeats' own gains, with their spread."""
     out = {}
     for engine in run.plan.engines:
-        levels = sorted((s for s in run.summaries() if s.engine == engine), key=lambda s: s.users)
-        if not levels:
+        levels = [s for s in run.summaries() if s.engine == engine]
+        users = sorted({s.users for s in levels})
+        if not users:
             continue
-        low, high = levels[0].output_tok_s, levels[-1].output_tok_s
-        out[engine] = {"gain": high / low if low else None,
-                       "tok_s": {s.users: s.output_tok_s for s in levels},
-                       "ttft_p50_s": {s.users: s.ttft_s.p50 for s in levels},
-                       "tpot_p50_s": {s.users: s.tpot_s.p50 for s in levels}}
+        at = {(s.users, s.repeat): s for s in levels}
+        repeats = sorted({s.repeat for s in levels})
+        gains = [at[users[-1], r].output_tok_s / at[users[0], r].output_tok_s for r in repeats
+                 if (users[-1], r) in at and (users[0], r) in at and at[users[0], r].output_tok_s]
+        out[engine] = {"gain": statistics.median(gains) if gains else None,
+                       "gain_spread": {"low": min(gains), "high": max(gains), "n": len(gains)} if gains else None,
+                       "tok_s": {u: _mean(s.output_tok_s for s in levels if s.users == u) for u in users},
+                       "ttft_p50_s": {u: _median(s.ttft_s.p50 for s in levels if s.users == u) for u in users},
+                       "tpot_p50_s": {u: _median(s.tpot_s.p50 for s in levels if s.users == u) for u in users}}
     return out
+
+
+def _mean(values) -> float | None:
+    found = [v for v in values if v is not None]
+    return sum(found) / len(found) if found else None
+
+
+def _median(values) -> float | None:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None

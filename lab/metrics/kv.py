@@ -2,8 +2,9 @@
 
 vLLM: usage = 1 - free_blocks / total_blocks, as vLLM's block pool defines it (read from its
 SchedulerStats, never recomputed); used blocks = usage x total.
-HF: reserved = bytes its static batch's contiguous cache holds (batch x padded length x bytes/token),
-real = the part holding the requests' own prompt and output tokens; waste = 1 - real / reserved.
+HF: reserved = bytes its static batch's contiguous cache holds (batch x padded length x bytes/token; a static
+cache's rows x their reserved length), real = the part holding running requests' own prompt and output tokens;
+waste = 1 - real / reserved, split by kind in the vLLM paper's terms (``kinds_series``).
 """
 
 from __future__ import annotations
@@ -165,3 +166,40 @@ def waste_stats(series: Sequence[tuple]) -> dict:
         held, real = held + row[1] * dt, real + min(row[2], row[1]) * dt
     return {"peak": max(0.0, 1 - top[2] / top[1]), "mean": (1 - real / held) if held else None,
             "peak_held_tokens": top[1]}
+
+
+KINDS = ("real", "reservation", "internal", "external")  # what held KV slots hold, in the vLLM paper's terms
+
+
+def kinds_series(engine: str, samples: Sequence[EngineSample], records: Sequence[RequestRecord],
+                 bytes_per_token: int | None) -> list[tuple]:
+    """(time, held, real, reservation, internal, external) tokens at every sample of one engine's level.
+
+    HF's from the slots of its batch (EngineSample's kind fields). A paged engine's from its blocks: what its
+    used blocks hold beyond the requests' tokens is internal fragmentation (each last block's empty tail); it has
+    no reservation and no external fragmentation by design (a block is taken when a token needs it, and any free
+    block serves any request).
+    """
+    if registry.spec(engine).paged or any(s.kv_usage is not None for s in samples):
+        rows = [(t, held, min(real, held)) for t, held, real, *_ in vllm_usage_series(samples, records)]
+        return [(t, held, real, 0, held - real, 0) for t, held, real in rows]
+    if not bytes_per_token:
+        return []
+    return [(s.time_s, *(v // bytes_per_token for v in _hf_kinds(s))) for s in samples
+            if s.kv_reserved_bytes is not None]
+
+
+def _hf_kinds(s: EngineSample) -> tuple[int, ...]:
+    """held, real, reservation, internal, external bytes of an HF sample (one without kinds: all waste internal)."""
+    internal = s.kv_internal_bytes if s.kv_internal_bytes is not None else s.kv_reserved_bytes - s.kv_real_bytes
+    return (s.kv_reserved_bytes, s.kv_real_bytes, s.kv_reservation_bytes or 0, internal, s.kv_external_bytes or 0)
+
+
+def kinds_shares(series: Sequence[tuple]) -> dict:
+    """Each kind's share of the memory x time held (a kinds_series; each sample holding until the next); the
+    shares add up to 1. None for every kind when nothing was held."""
+    totals = [0.0] * (1 + len(KINDS))
+    for row, nxt in itertools.pairwise(series):
+        totals = [total + value * (nxt[0] - row[0]) for total, value in zip(totals, row[1:], strict=True)]
+    held, parts = totals[0], totals[1:]
+    return {kind: (part / held if held else None) for kind, part in zip(KINDS, parts, strict=True)}
