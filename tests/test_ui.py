@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
@@ -202,9 +203,14 @@ def test_the_results_tab_downloads_a_stored_runs_report(served, browser, tmp_pat
 
 
 def wait_text(page, selector, text, timeout_s):
-    page.wait_for_function(
-        "([sel, text]) => { const e = document.querySelector(sel); return e && e.innerText.includes(text); }",
-        arg=[selector, text], timeout=timeout_s * 1000)
+    """Wait until ``selector`` shows ``text``; a time-out says what it showed instead."""
+    try:
+        page.wait_for_function(
+            "([sel, text]) => { const e = document.querySelector(sel); return e && e.innerText.includes(text); }",
+            arg=[selector, text], timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        shown = page.evaluate("(sel) => document.querySelector(sel)?.innerText ?? '(no such element)'", selector)
+        raise AssertionError(f"{selector} did not show {text!r} in {timeout_s} s; it showed {shown!r}") from None
 
 
 def open_ready(browser, url, **options):
@@ -212,6 +218,8 @@ def open_ready(browser, url, **options):
     page = browser.new_page(**options)
     page.goto(url)
     wait_text(page, "#load-status", "Engines ready", 60)
+    page.wait_for_function("() => document.querySelector('#estimate')?.innerText.trim()", timeout=30_000)  # the
+    #                       page's load events have ended (the estimate comes last): they no longer redraw the form
     return page
 
 
