@@ -202,6 +202,14 @@ def test_the_results_tab_downloads_a_stored_runs_report(served, browser, tmp_pat
     assert saved.read_text().count(run_id) >= 2 and "plotly" in saved.read_text()
 
 
+def typed(page, selector, text):
+    """Type ``text`` as a person does: filled, then the field left (Tab), so the page holds the value before the
+    next click sends it (a click at once sent the field's old, empty value while the page was busy)."""
+    page.fill(selector, text)
+    page.press(selector, "Tab")
+    page.wait_for_timeout(300)
+
+
 def wait_text(page, selector, text, timeout_s):
     """Wait until ``selector`` shows ``text``; a time-out says what it showed instead."""
     try:
@@ -540,11 +548,11 @@ def test_an_endpoint_connects_from_the_page_and_runs_open_loop_beside_hf(served,
     try:
         page = open_ready(browser, url)
         page.click("text=Add an endpoint")
-        page.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+        typed(page, "#endpoint-url textarea", "http://127.0.0.1:9")
         page.click("#connect")
         wait_text(page, "#endpoint-status", "nothing answers at http://127.0.0.1:9", 20)  # refused, the app serves on
-        page.fill("#endpoint-url textarea", server.url)
-        page.fill("#endpoint-model textarea", server.model)
+        typed(page, "#endpoint-url textarea", server.url)
+        typed(page, "#endpoint-model textarea", server.model)
         page.click("#connect")
         wait_text(page, "#endpoint-status", "Connected openai", 60)
         wait_text(page, "#engines", "openai", 10)
