@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import io
 import json
 import logging
 import time
@@ -470,8 +471,14 @@ def write_run(result: RunResult, out_dir: str | Path) -> dict[str, Path]:
     summary = out / "summary.json"
     summary.write_text(json.dumps(summary_dict(result), indent=2, default=str))
     requests = out / "requests.csv"
-    with requests.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=REQUEST_COLUMNS)
-        writer.writeheader()
-        writer.writerows(request_rows(result))
+    requests.write_text(requests_csv_text(result))
     return {"summary": summary, "requests": requests}
+
+
+def requests_csv_text(result: RunResult) -> str:
+    """requests.csv as text: one row per request (request_rows), the file the CLI writes and the store keeps."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=REQUEST_COLUMNS)
+    writer.writeheader()
+    writer.writerows(request_rows(result))
+    return buffer.getvalue()

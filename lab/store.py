@@ -7,8 +7,6 @@ downloaded from the browser is the same as one written by ``python -m lab bench`
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import sqlite3
 from contextlib import closing
@@ -17,7 +15,7 @@ from pathlib import Path
 from lab.engines import registry
 from lab.metrics import ratios_by_users, tok_s_spreads
 from lab.model import cache_dir
-from lab.runs import REQUEST_COLUMNS, RunResult, request_rows
+from lab.runs import RunResult, requests_csv_text
 from lab.tasks import TaskResult
 
 SCHEMA = """
@@ -62,15 +60,6 @@ def _move_old_tables(conn: sqlite3.Connection) -> None:
                 conn.execute(f"insert or ignore into results select {key}, '{kind}', {name}, started_at, status, "
                              f"model, device, {body}, {requests} from {table}")
                 conn.execute(f"drop table {table}")
-
-
-def requests_csv_text(result: RunResult) -> str:
-    """requests.csv as text."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=REQUEST_COLUMNS)
-    writer.writeheader()
-    writer.writerows(request_rows(result))
-    return buffer.getvalue()
 
 
 def save(db_path: str | Path, result: TaskResult) -> None:

@@ -141,6 +141,7 @@ class SweepResult(TaskResult):
 
     KIND: ClassVar[str] = "sweep"
     KEPT: ClassVar[str] = "finished values kept"
+    STORED_AS_IT_GOES: ClassVar[bool] = True  # each finished value is kept at once (an engine restart per value)
 
     plan: SweepPlan
     points: list[dict] = field(default_factory=list)

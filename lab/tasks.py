@@ -42,6 +42,7 @@ class TaskResult:
 
     KIND: ClassVar[str] = "task"
     KEPT: ClassVar[str] = "what was measured is kept"  # said when it stops early
+    STORED_AS_IT_GOES: ClassVar[bool] = False  # the app stores it at every update, not only once it has ended
 
     model: str = ""
     device: dict = field(default_factory=dict)
@@ -53,10 +54,6 @@ class TaskResult:
     status: RunStatus = RunStatus.RUNNING
     error: str = ""
     message: str = "starting"
-
-    def params(self) -> dict:
-        """What was asked for (each kind says)."""
-        return {}
 
     def name(self) -> str:
         """Which one of its kind (an experiment's name, a sweep's knob, a run's workload)."""

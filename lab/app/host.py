@@ -193,8 +193,8 @@ class LabHost:
         return True, f"Sweep of {plan.knob} ({result.id}) started: one {plan.engine} restart per value."
 
     def _ended(self, result) -> None:
-        """An experiment's or a sweep's update: stored once it has ended, or as a sweep's value ends."""
-        if result.status != RunStatus.RUNNING or getattr(result, "points", None):
+        """An experiment's or a sweep's update: stored once it has ended, or at every update where its kind says so."""
+        if result.status != RunStatus.RUNNING or result.STORED_AS_IT_GOES:
             self.keep(result)
         self.bump()
 

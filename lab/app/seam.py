@@ -23,28 +23,16 @@ from lab.config import Endpoint, EngineConfig, RunPlan
 ATTRIBUTES = ("config", "engine_names", "version", "status", "check", "db_path", "result", "experiment", "sweep")
 
 
-def command(fn):
-    """Declare a member that changes the host."""
-    fn.seam = "command"
-    return fn
+def _declares(kind: str):
+    """A decorator that marks a member of ``Host`` as of ``kind`` (how it crosses to the page's process)."""
+    def mark(fn):
+        fn.seam = kind
+        return fn
+
+    return mark
 
 
-def ask(fn):
-    """Declare a question the host answers when asked."""
-    fn.seam = "ask"
-    return fn
-
-
-def read(fn):
-    """Declare an answer that may be as old as the last sync."""
-    fn.seam = "read"
-    return fn
-
-
-def local(fn):
-    """Declare a member each side implements itself."""
-    fn.seam = "local"
-    return fn
+command, ask, read, local = (_declares(kind) for kind in ("command", "ask", "read", "local"))
 
 
 @dataclass
