@@ -66,29 +66,34 @@ def _prompts_and_params(requests, delta: bool = False):
 
 
 class Offline:
-    """LLM.generate over every request at once (vLLM's stats off, as LLM has them by default)."""
+    """Every request at once into LLMEngine, stepped as LLM.generate steps it (lab.engines.vllm_offline; vLLM's
+    stats off, as LLM has them by default)."""
 
     def __init__(self, config: EngineConfig, model_path: str, requests, warmup):
         self.config, self.model_path, self.requests, self.warmup = config, model_path, requests, warmup
-        self.llm, self.budget = None, None
+        self.engine, self.budget = None, None
 
     async def start(self) -> None:
-        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
 
-        self.llm = LLM(**vllm_kwargs(self.config, self.model_path, self.budget, stats=False))
+        from lab.engines.vllm import engine_args
+
+        kwargs = vllm_kwargs(self.config, self.model_path, self.budget, stats=False)
+        self.engine = LLMEngine.from_engine_args(engine_args(EngineArgs, kwargs))
         self.prompts, self.params = _prompts_and_params(self.requests)
         self.warm = _prompts_and_params(self.warmup)
 
     async def run(self) -> float:
-        self.llm.generate(*self.warm, use_tqdm=False)
-        self.llm.reset_prefix_cache()
-        start = time.perf_counter()
-        outputs = self.llm.generate(self.prompts, self.params, use_tqdm=False)
-        return sum(len(o.outputs[0].token_ids) for o in outputs) / (time.perf_counter() - start)
+        from lab.engines.vllm_offline import generate_all
+
+        generate_all(self.engine, *self.warm)
+        tokens, seconds = generate_all(self.engine, self.prompts, self.params)
+        return tokens / seconds
 
     async def stop(self) -> None:
-        if self.llm is not None:
-            self.llm.llm_engine.engine_core.shutdown()
+        if self.engine is not None:
+            self.engine.engine_core.shutdown()
 
 
 class LabFace:
@@ -125,8 +130,10 @@ class BareAsync:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from lab.engines.vllm import engine_args
+
         kwargs = vllm_kwargs(self.config, self.model_path, self.budget, stats=True)
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self.engine = AsyncLLM.from_engine_args(engine_args(AsyncEngineArgs, kwargs))
         self.prompts, self.params = _prompts_and_params(self.requests, delta=True)  # built once, untimed
         self.warm = _prompts_and_params(self.warmup, delta=True)
 

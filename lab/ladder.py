@@ -6,7 +6,7 @@ hf (static batches, eager) -> hf-cb (continuous batching and paged KV, transform
 The order follows what a request meets first: how requests are batched, then whose kernels run a step, then
 what each step costs the CPU. Three side rungs are compared with one chain rung each, outside the product:
 hf-compiled (HF's own fix for step overhead, against hf), vllm-engine (vLLM's step loop, against the served
-vllm) and offline (LLM.generate, the ceiling, against vllm).
+vllm) and offline (LLM.generate's loop over LLMEngine, the ceiling, against vllm).
 
 A factor is the geometric mean, over the repeats, of the upper rung's tok/s over the lower's in the same
 repeat (the rungs are interleaved, so a repeat pairs runs made minutes apart at most). The total (vllm over hf)
@@ -58,7 +58,7 @@ RUNGS = {r.name: r for r in (
          (("enforce_eager", None),)),
     Rung("vllm-engine", "vllm-engine", "vLLM step loop (LLMEngine.step)",
          "front end: the step loop instead of AsyncLLM", (("enforce_eager", None),)),
-    Rung("offline", "offline", "vLLM offline LLM.generate, as many at once as users",
+    Rung("offline", "offline", "vLLM offline (LLM.generate's loop), as many at once as users",
          "front end: no users, no streaming (ceiling)", (("enforce_eager", None),)),
 )}
 CPU_ABSENT = {"vllm": "on a CPU there are no CUDA graphs to add"}  # mechanisms a CPU lacks

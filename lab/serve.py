@@ -93,6 +93,10 @@ def server_env(engine: str, config: EngineConfig, api_key: str | None = None) ->
         env["VLLM_API_KEY"] = api_key  # vLLM's server then answers only requests that carry it
     if engine == "vllm":
         from lab.engines import vllm_plugin
+        from lab.engines.vllm import one_compute_core
+
+        if one_compute_core(config):  # keeps its "uni" executor (lab.engines.vllm.engine_args says why)
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
         isa = config.vllm_cpu_attention_isa()
         if isa is not None and vllm_plugin.installed():

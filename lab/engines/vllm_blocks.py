@@ -43,10 +43,10 @@ def record(spec: dict) -> dict:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    from lab.engines.vllm import VLLMEngine
+    from lab.engines.vllm import VLLMEngine, engine_args
 
     kwargs, _ = VLLMEngine(EngineConfig(**spec["config"]), spec["model_path"])._prepare()
-    engine = LLMEngine.from_engine_args(EngineArgs(**{**kwargs, "disable_log_stats": True}))
+    engine = LLMEngine.from_engine_args(engine_args(EngineArgs, {**kwargs, "disable_log_stats": True}))
     scheduler = engine.engine_core.engine_core.scheduler
     waiting, running, steps = list(spec["requests"]), set(), []
     bound = sum(tokens for *_, tokens in waiting) + 50 * len(waiting)  # steps enough for every token, and more

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from lab.engines.base import EngineInfo, GenRequest, RequestCancelled, RequestRejected, TokenChunk
-from lab.engines.vllm import VLLMEngine, _sampler_factory, shut_down
+from lab.engines.vllm import VLLMEngine, _sampler_factory, engine_args, shut_down
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.05  # how long the idle loop waits for a request before looking again
@@ -199,7 +199,7 @@ class VLLMStepEngine(VLLMEngine):
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        self._engine = await asyncio.to_thread(LLMEngine.from_engine_args, EngineArgs(**kwargs),
+        self._engine = await asyncio.to_thread(LLMEngine.from_engine_args, engine_args(EngineArgs, kwargs),
                                                stat_loggers=[_sampler_factory(self)])
         keep_lab_sampler(self._engine)
         self.info = await asyncio.to_thread(self._describe, kwargs, attention)

@@ -1,8 +1,10 @@
-"""vLLM offline: LLM.generate over a list of requests at once, the ceiling the lab's served faces are set against.
+"""vLLM offline: every request queued at once and LLMEngine stepped until none is left, as LLM.generate does;
+the ceiling the lab's served faces are set against.
 
 No users, no streaming, no per-token hand-over: vLLM schedules every request itself and returns when the last
-ends. Same engine args as the lab's vLLM (lab.engines.vllm.engine_kwargs), stats off as LLM has them by default,
-token ids only. It speaks no Engine protocol: it measures one batch of requests (the why ladder's top rung).
+ends. Same engine args as the lab's vLLM (lab.engines.vllm.engine_kwargs, its executor too: LLM would build its
+own args, and on 2 CPU cores a different executor), stats off as LLM has them, final outputs only, token ids only.
+It speaks no Engine protocol: it measures one batch of requests (the why ladder's top rung).
 """
 
 from __future__ import annotations
@@ -12,25 +14,26 @@ import time
 
 from lab.config import EngineConfig
 from lab.engines.base import GenRequest
-from lab.engines.vllm import VLLMEngine, shut_down
+from lab.engines.vllm import VLLMEngine, engine_args, shut_down
 
 
 class OfflineVLLM:
-    """vLLM's LLM class over the lab's engine args."""
+    """vLLM's LLMEngine over the lab's engine args, driven as LLM.generate drives it."""
 
     name = "offline"
 
     def __init__(self, config: EngineConfig, model_path: str):
-        self.config, self.model_path, self.llm, self.args = config, model_path, None, {}
+        self.config, self.model_path, self.engine, self.args = config, model_path, None, {}
 
     async def start(self) -> dict:
-        """Start vLLM's LLM (its engine core in a process of its own); returns its engine args."""
-        from vllm import LLM
+        """Start vLLM's LLMEngine (its engine core in a process of its own); returns its engine args."""
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
 
         kwargs, _ = VLLMEngine(self.config, self.model_path)._prepare()  # the lab's args, environment, block rule
         kwargs["disable_log_stats"] = True
 
-        self.llm = await asyncio.to_thread(LLM, **kwargs)
+        self.engine = await asyncio.to_thread(LLMEngine.from_engine_args, engine_args(EngineArgs, kwargs))
         self.args = {k: v for k, v in kwargs.items() if k != "model"} | {
             "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running"}
         return self.args
@@ -39,24 +42,32 @@ class OfflineVLLM:
         """Run every request at once, greedy, exact lengths: (output tokens, seconds)."""
         prompts, params = _inputs(requests)
 
-        def run() -> tuple[int, float]:
-            self.llm.reset_prefix_cache()
-            began = time.perf_counter()
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
-            return sum(len(o.outputs[0].token_ids) for o in outputs), time.perf_counter() - began
-
-        return await asyncio.to_thread(run)
+        return await asyncio.to_thread(generate_all, self.engine, prompts, params)
 
     async def stop(self) -> None:
-        if self.llm is not None:
-            llm, self.llm = self.llm, None
-            await asyncio.to_thread(shut_down, llm.llm_engine.engine_core)
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            await asyncio.to_thread(shut_down, engine.engine_core)
+
+
+def generate_all(engine, prompts: list, params: list) -> tuple[int, float]:
+    """Queue every prompt in a fresh prefix cache and step until none is left, as LLM.generate does: (output tokens,
+    seconds)."""
+    engine.reset_prefix_cache()
+    began, tokens = time.perf_counter(), 0
+    for index, (prompt, param) in enumerate(zip(prompts, params, strict=True)):
+        engine.add_request(f"offline-{index}", prompt, param)
+    while engine.has_unfinished_requests():
+        tokens += sum(len(out.outputs[0].token_ids) for out in engine.step() if out.finished)
+    return tokens, time.perf_counter() - began
 
 
 def _inputs(requests: list[GenRequest]) -> tuple[list, list]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
 
     return ([TokensPrompt(prompt_token_ids=list(r.prompt_token_ids)) for r in requests],
-            [SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos, temperature=0.0, detokenize=False)
+            [SamplingParams(max_tokens=r.max_tokens, ignore_eos=r.ignore_eos, temperature=0.0, detokenize=False,
+                            output_kind=RequestOutputKind.FINAL_ONLY)
              for r in requests])

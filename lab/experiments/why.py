@@ -260,11 +260,11 @@ async def _turn(name, engine, requests, users, repeat, params, result, notify, d
     entry = result.fields["rungs"][name]
     result.message = f"repeat {repeat + 1} of {params.repeats}: {name} ({entry['label']})"
     notify(result)
-    if name == "offline":  # LLM.generate cannot be interrupted: a cancel waits for it, then stops the ladder
+    if name == "offline":  # the offline loop cannot be interrupted: a cancel waits for it, then stops the ladder
         (tokens, seconds), cancelled = await through_cancel(engine.generate(requests))
         if cancelled:
             raise asyncio.CancelledError
-        tok_s, tpot, peak = tokens / seconds, None, None  # LLM.generate reports no running count
+        tok_s, tpot, peak = tokens / seconds, None, None  # the offline loop samples no running count
     else:
         await engine.reset()
         engine.drain_samples()
