@@ -135,3 +135,50 @@ def test_after_a_reset_metrics_reads_wait_for_one_of_the_levels_tokens():
     with serve_in_subprocess(free_port(), gap_ms=150, first_ms=700) as url:
         first_token_s, samples = run_async(one_level(url))
     assert samples and all(s.time_s >= first_token_s for s in samples)
+
+
+def test_a_redirect_is_refused_not_followed():
+    """A server that redirects (here to an address nothing should reach) is an error at the probe and for each
+    request: the lab never asks the place a redirect names."""
+    import http.server
+    import threading
+
+    from lab.engines.openai import probe
+    from lab.model import resolve_model
+    from lab.session import run_async
+
+    asked = []
+
+    class Redirects(http.server.BaseHTTPRequestHandler):
+        def _redirect(self):
+            asked.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _redirect
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirects)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = Endpoint(f"http://127.0.0.1:{server.server_port}", model="m")
+    try:
+        with pytest.raises(ValueError, match="HTTP 307, a redirect to 'http://169.254.169.254/.*follows no redirect"):
+            probe(endpoint)
+        engine = OpenAIEngine(endpoint, EngineConfig(), resolve_model(None))
+
+        async def one():
+            await engine.start()
+            try:
+                return [c async for c in engine.stream(GenRequest("r", (5, 6), 2))]
+            finally:
+                await engine.stop()
+
+        with pytest.raises(RequestRejected, match="HTTP 307"):  # followed, it would have failed to connect
+            run_async(one())
+    finally:
+        server.shutdown()
+    assert asked[:2] == ["/v1/models", "/v1/models"] and asked[-1] == "/v1/completions"  # each got only a 307

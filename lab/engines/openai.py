@@ -16,7 +16,8 @@ arrivals takes the last one's time, never earlier than its tokens came); a chunk
 one token, and the ``usage`` at the end settles the count. HTTP errors, time-outs and a server that dies
 mid-run end that request as an error; the run goes on. While requests run, ``/metrics`` is read 4 times a second
 (lab.engines.prometheus) into the same samples as the in-process engines'. The API key is sent, never
-logged or stored.
+logged or stored. No redirect is followed (an answer of 3xx is an error): where one leads is not an address
+the endpoint rules (lab.app.access) checked.
 """
 
 from __future__ import annotations
@@ -167,6 +168,17 @@ def auth_headers(endpoint: Endpoint) -> dict:
     return {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
 
 
+def _no_redirects():
+    """urllib's redirect handler, refusing every redirect: the 3xx answer reaches the caller as an HTTPError."""
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    return NoRedirect()
+
+
 def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
     """Check before anything loads that an OpenAI server answers at the endpoint and takes its key.
 
@@ -178,12 +190,16 @@ def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
 
     url = endpoint.base_url.rstrip("/") + "/v1/models"
     headers = auth_headers(endpoint)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as the engine: no proxy sees the key
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _no_redirects())  # no proxy sees the key
     try:
         with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout_s):
             return
     except urllib.error.HTTPError as exc:
         status = exc.code
+        if 300 <= status < 400:
+            raise ValueError(f"endpoint {endpoint.name}: {url} answered HTTP {status}, a redirect to "
+                             f"{exc.headers.get('Location')!r}: the lab follows no redirect (where it leads is not "
+                             f"checked against the endpoint rules); give the server's own address") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ValueError(f"endpoint {endpoint.name}: nothing answers at {endpoint.base_url} ({reason}); start "
@@ -248,7 +264,7 @@ class OpenAIEngine:
 
     async def _read_models(self) -> None:
         """The served model's name and max_model_len from /v1/models (if that fails, --served-model-name)."""
-        async with self._session.get("v1/models") as response:
+        async with self._session.get("v1/models", allow_redirects=False) as response:
             if response.status != 200:
                 if self.model:
                     log.warning("%s: /v1/models answered HTTP %s; using model %r", self.name, response.status,
@@ -327,7 +343,7 @@ class OpenAIEngine:
         path = "v1/completions" if request.messages is None else "v1/chat/completions"
         self._in_flight += 1
         try:
-            async with self._session.post(path, data=body, headers=headers) as response:
+            async with self._session.post(path, data=body, headers=headers, allow_redirects=False) as response:
                 if response.status != 200:
                     reason = (await response.text())[:300]
                     response.close()  # not back to the pool: a server's error reply may leave bytes that spoil the next
@@ -418,7 +434,8 @@ class OpenAIEngine:
         import aiohttp
 
         try:
-            async with self._session.get("metrics", timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)) as response:
+            async with self._session.get("metrics", allow_redirects=False,
+                                          timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)) as response:
                 if response.status != 200:
                     return None
                 scrape = await asyncio.to_thread(parse_metrics, await response.text())
@@ -458,7 +475,7 @@ class OpenAIEngine:
         read /metrics once before the level's requests: the base of the prefix-cache counts of its first read."""
         self._gauges_ours, self._resets = False, self._resets + 1
         try:
-            async with self._session.post("reset_prefix_cache") as response:
+            async with self._session.post("reset_prefix_cache", allow_redirects=False) as response:
                 if response.status != 200:
                     log.debug("%s: reset_prefix_cache answered HTTP %s", self.name, response.status)
         except Exception as exc:  # noqa: BLE001 - a reset is a courtesy: the run goes on without it
