@@ -20,7 +20,7 @@ from lab.sentences import ENGINE_LABELS, gain_words
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 SHAPE = ("What you will learn", "Predict", "Explain", "Exercise")
-HALF = ("02", "03", "05", "06")  # ~7 of the ~12 minutes on 2 cores, both engine sets (05 and 06: vLLM alone)
+HALF = ("02", "03", "06")  # about half of the ~11 minutes they take on 2 cores (the other file: 01, 04, 05, 07)
 
 
 def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name: str):

@@ -203,11 +203,17 @@ def test_the_results_tab_downloads_a_stored_runs_report(served, browser, tmp_pat
 
 
 def typed(page, selector, text):
-    """Type ``text`` as a person does: filled, then the field left (Tab), so the page holds the value before the
-    next click sends it (a click at once sent the field's old, empty value while the page was busy)."""
-    page.fill(selector, text)
-    page.press(selector, "Tab")
-    page.wait_for_timeout(300)
+    """Type ``text`` as a person does: once the field shows, filled, then the field left (Tab); typed again if the
+    page redrew the field meanwhile (a form just opened mounts its fields, and a click at once sent the old,
+    empty value), so the next click sends what the field holds."""
+    page.wait_for_selector(selector, state="visible")
+    for _ in range(3):
+        page.fill(selector, text)
+        page.press(selector, "Tab")
+        page.wait_for_timeout(500)
+        if page.input_value(selector) == text:
+            return
+    raise AssertionError(f"{selector} did not keep {text!r}; it holds {page.input_value(selector)!r}")
 
 
 def wait_text(page, selector, text, timeout_s):
