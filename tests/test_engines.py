@@ -50,6 +50,20 @@ def test_vllm_cpu_attention_is_named_in_engine_args(lab):
     assert chosen.startswith("vec") if has_amx() else chosen.startswith("vLLM's own choice")
 
 
+def test_on_two_cores_vllms_worker_runs_in_its_engine_core_with_no_process_of_its_own(lab):
+    """lab.engines.vllm.one_compute_core: both faces' workers inside the engine core (no child process there)."""
+    import os
+
+    import psutil
+
+    inside = len(os.sched_getaffinity(0)) <= 2
+    for name in ("vllm", "vllm-engine"):
+        assert lab.info[name].args["worker"] == ("inside the engine-core process" if inside else "a process of its own")
+    if inside:
+        cores = lab.engines["vllm"].processes()
+        assert cores and not any(psutil.Process(p.pid).children() for p in cores)
+
+
 def test_engine_mode_keeps_only_the_labs_stat_logger(lab):
     stat_loggers = lab.engines["vllm-engine"]._engine.logger_manager.stat_loggers
     kept = [each for logger in stat_loggers for each in logger.per_engine_stat_loggers.values()]
