@@ -10,11 +10,10 @@ the plan's own seeded lengths and priced at a cost per engine fitted to the stor
 - a prompt token costs the median over stored levels of a level's time to a first token over the prompt tokens a
   first token waits for;
 - a decode step costs a fixed time, a time per request it runs and a time per KV token it attends to (a static
-  batch: every row, padding and finished requests included). A step's price depends on its batch and its context,
-  not on the user level alone: on a 2-core CPU, HF's step over 8 rows padded to 500 tokens costs five times its
-  step over 3 rows of a 10-token prompt. The three are fitted to the stored levels' decode time (duration less
-  prefill) by least relative absolute error, none below zero: like a median, one run slowed by a neighbour moves
-  the fit little;
+  batch: every row, padding and finished requests included). A step's price follows its batch and its context,
+  not its user level: on a 2-core CPU, HF's step over 8 rows padded to 508 tokens took 0.140 s, over 3 rows of a
+  7-token prompt 0.031 s. The three are fitted to the stored levels' decode time (duration less prefill) by least
+  relative absolute error, none below zero: like a median, one run slowed by a neighbour moves the fit little;
 - a warm-up is a level of its own few short requests plus what stored warm-ups took beyond theirs (the reset
   after it); a pause, what stored runs took beyond their warm-ups, levels and settles, per level.
 
@@ -95,14 +94,14 @@ class StoredLevel:
         return rest if rest > 0 else self.tpot_s * self.shape.steps
 
 
-# The first guess: the Workshop demo's fitted costs from `python -m bench.estimates` on a quiet 2-core AMD EPYC
+# The first guess: what the Workshop demo alone taught `python -m bench.estimates` on a quiet 2-core AMD EPYC
 # (docs/results/cpu-estimates.md); read only for an engine this device has no stored run of.
 FIRST_GUESS = {
-    "hf": Cost(0.00109, 0.027, 2.9e-5, 0.0),
-    "vllm": Cost(0.00078, 0.015, 3.0e-6, 0.001),
+    "hf": Cost(prefill_s=0.00107, step_s=0.0275, kv_s=3.27e-5, row_s=0.0),
+    "vllm": Cost(prefill_s=0.00069, step_s=0.0162, kv_s=0.0, row_s=0.0015),
 }
-FIRST_WARMUP_S = {"hf": 0.2, "vllm": 0.1}  # the first guess's warm-up beyond its requests
-FIRST_GAP_S = 0.01
+FIRST_WARMUP_S = {"hf": -0.11, "vllm": -0.01}  # its warm-ups beyond their requests at its cost (below 0: short of)
+FIRST_GAP_S = 0.006
 
 
 @dataclass(frozen=True)
