@@ -86,18 +86,17 @@ def main() -> None:
 
 
 def learned(host) -> str:
-    """The timings the Workshop demo alone taught (the oldest stored run): what lab.estimate's first guess holds."""
+    """The costs the Workshop demo alone taught (the oldest stored run): what lab.estimate's first guess holds."""
     from lab.estimate import history
     from lab.store import list_summaries
 
     demo = list_summaries(host.db_path)[-1:]
     past = history(demo, host.check.model, host.check.memory.device.name)
-    lines = [f"  {engine}: " + ", ".join(f"{t.users} users: prefill {t.prefill_s:.5f} s/token, step {t.step_s:.4f} s"
-                                         for t in sorted(timings, key=lambda t: t.users))
-             for engine, timings in past.levels.items()]
-    warmups = ", ".join(f"{engine} {seconds:.2f} s" for engine, seconds in past.warmups.items())
-    return "\n".join(["the demo's timings (lab.estimate's first guess):", *lines, f"  warm-ups: {warmups}; "
-                      f"pause per level: {past.gap_s or 0:.2f} s"])
+    lines = [f"  {engine}: prefill {c.prefill_s:.5f} s/token; step {c.step_s:.4f} s + {c.kv_s:.2e} s per KV token "
+             f"+ {c.row_s:.4f} s per request; warm-up beyond its requests {past.warmups.get(engine, 0):+.2f} s"
+             for engine, c in past.costs.items()]
+    return "\n".join(["the demo's costs (lab.estimate's first guess):", *lines,
+                      f"  pause per level: {past.gap_s or 0:.3f} s"])
 
 
 if __name__ == "__main__":

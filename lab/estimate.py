@@ -1,18 +1,21 @@
 """How long a run will take here, from start to end, computed from what the stored runs of this device measured.
 
 A run is its engines' warm-ups, its levels, the pauses between levels (vLLM's settle before another engine,
-each level's start and stop) and, when an engine of the plan is dead, its restart first. Each part comes from
-the stored runs of this device and model:
+each level's start and stop) and, when an engine of the plan is dead, its restart first. Each part is counted from
+the plan's own seeded lengths and priced at a cost per engine fitted to the stored runs of this device and model:
 
-- a level takes the prompt tokens it prefills times the time per prompt token, plus its critical path of
-  decode steps times the time per step. Both counts come from the plan's own seeded lengths (a static batch
-  pads its prompts to the longest and runs until its longest request; continuous batching prefills every
-  prompt and hands each free user the next request). The two times are interpolated between the engine's
-  stored user levels around the plan's (in log users): the time per prompt token from a stored level's time to
-  a first token over the prompt tokens a first token waits for, the step time fitted so that the stored level's
-  own counts give its measured duration;
-- a warm-up takes the engine's stored warm-up time; a pause, what stored runs took beyond their warm-ups,
-  levels and settles, per level.
+- a level prefills its prompt tokens and runs the decode steps of its slowest chain. A static batch of
+  min(users, batch) pads its prompts to the longest and runs every row until its longest request; continuous
+  batching prefills each prompt and hands each free user the next request;
+- a prompt token costs the median over stored levels of a level's time to a first token over the prompt tokens a
+  first token waits for;
+- a decode step costs a fixed time, a time per request it runs and a time per KV token it attends to (a static
+  batch: every row, padding and finished requests included). A step's price follows its batch and its context,
+  not its user level: on a 2-core CPU, HF's step over 8 rows padded to 508 tokens took 0.140 s, over 3 rows of a
+  7-token prompt 0.031 s. The three are fitted to the stored levels' decode time (duration less prefill) by least
+  relative absolute error, none below zero: like a median, one run slowed by a neighbour moves the fit little;
+- a warm-up is a level of its own few short requests plus what stored warm-ups took beyond theirs (the reset
+  after it); a pause, what stored runs took beyond their warm-ups, levels and settles, per level.
 
 Without a stored run of an engine, a built-in first guess stands in (measured once on a 2-core CPU,
 docs/results/cpu-estimates.md) and the text says so.
@@ -21,112 +24,233 @@ docs/results/cpu-estimates.md) and the text says so.
 from __future__ import annotations
 
 import heapq
-import math
+import itertools
 import statistics
 from dataclasses import dataclass, field
 
 from lab.config import LoadConfig, RunPlan, duration_words
 from lab.engines import registry
-from lab.load.workloads import WORKLOADS, sample_specs
-from lab.runs import SETTLE_S, level_seed
+from lab.load.workloads import WORKLOADS, mean_request, sample_specs
+from lab.runs import SETTLE_S, level_seed, warmup_lengths
 
 HISTORY_RUNS = 50  # the newest stored runs read (older ones describe an older lab)
-MEDIAN_OF = 5  # stored levels per engine and user level whose median the estimate takes
+FIT_ROUNDS = 20  # reweighted least-squares rounds of the least-absolute-error fit (converged well before)
+# The sets of a step's cost drivers (0 steps, 1 KV tokens, 2 requests) a fit may use, fewer first. Where fits tie
+# (two stored levels fit any two drivers exactly) the earlier wins: steps and KV tokens, most of a step on a CPU.
+SUBSETS = [keep for size in (1, 2, 3) for keep in itertools.combinations(range(3), size)]
 FIRST_GUESS_NOTE = "a built-in first guess from a 2-core CPU (docs/results/cpu-estimates.md)"
-
-
-@dataclass(frozen=True)
-class LevelTiming:
-    """What one stored level measured at ``users``: seconds per prompt token prefilled, per decode step."""
-
-    users: int
-    prefill_s: float
-    step_s: float
 
 
 @dataclass(frozen=True)
 class LevelShape:
     """What a level asks of an engine: the prompt tokens it prefills (a static batch's padding too), the prompt
-    tokens one first token waits for, and the decode steps of its slowest chain."""
+    tokens one first token waits for, the decode steps of its slowest chain, and summed over those steps the
+    requests they run and the KV tokens they attend to."""
 
     prefill: int
     wave: float
     steps: int
+    kv: int = 0
+    rows: int = 0
+
+    def work(self) -> tuple[int, int, int]:
+        """The decode steps' three cost drivers: steps, KV tokens attended and requests run."""
+        return self.steps, self.kv, self.rows
 
 
-# The first guess: the median timings of `python -m bench.estimates`'s six runs on a 2-core AMD EPYC shared with
-# other work (docs/results/cpu-estimates.md); read only for an engine this device has no stored run of.
+@dataclass(frozen=True)
+class Cost:
+    """One engine's prices here: seconds per prompt token, and a decode step's seconds (fixed, per KV token it
+    attends to, per request it runs)."""
+
+    prefill_s: float
+    step_s: float
+    kv_s: float = 0.0
+    row_s: float = 0.0
+
+    def decode(self, shape: LevelShape) -> float:
+        """Seconds of the shape's decode steps."""
+        return _dot(shape.work(), (self.step_s, self.kv_s, self.row_s))
+
+    def seconds(self, shape: LevelShape) -> float:
+        """Seconds of the shape's prefill and decode steps."""
+        return shape.prefill * self.prefill_s + self.decode(shape)
+
+
+@dataclass(frozen=True)
+class StoredLevel:
+    """One stored level: its shape, its seconds per prompt token (None without prompt tokens), its duration and
+    its tokens' mean gap."""
+
+    shape: LevelShape
+    prefill_s: float | None
+    duration_s: float
+    tpot_s: float
+
+    def decode_s(self, prefill_s: float) -> float:
+        """Its duration less its prefill at ``prefill_s`` per token (if that leaves nothing, the first token's wait
+        was not prefill alone: its tokens' mean gap per step instead)."""
+        rest = self.duration_s - prefill_s * self.shape.prefill
+        return rest if rest > 0 else self.tpot_s * self.shape.steps
+
+
+# The first guess: what the Workshop demo alone taught `python -m bench.estimates` on a quiet 2-core AMD EPYC
+# (docs/results/cpu-estimates.md); read only for an engine this device has no stored run of.
 FIRST_GUESS = {
-    "hf": [LevelTiming(1, 0.0026, 0.093), LevelTiming(4, 0.0035, 0.197), LevelTiming(10, 0.0021, 0.477)],
-    "vllm": [LevelTiming(1, 0.0013, 0.038), LevelTiming(4, 0.0015, 0.050), LevelTiming(10, 0.0011, 0.043)],
+    "hf": Cost(prefill_s=0.00107, step_s=0.0275, kv_s=3.27e-5, row_s=0.0),
+    "vllm": Cost(prefill_s=0.00069, step_s=0.0162, kv_s=0.0, row_s=0.0015),
 }
-FIRST_WARMUP_S = {"hf": 1.2, "vllm": 0.64}
-FIRST_GAP_S = 0.03
+FIRST_WARMUP_S = {"hf": -0.11, "vllm": -0.01}  # its warm-ups beyond their requests at its cost (below 0: short of)
+FIRST_GAP_S = 0.006
 
 
 @dataclass(frozen=True)
 class History:
-    """The timings stored runs of one device and model measured (newest first), and the engines that have none."""
+    """The costs fitted to the stored runs of one device and model, their warm-ups' extra time, and the pause per
+    level."""
 
-    levels: dict[str, list[LevelTiming]] = field(default_factory=dict)
+    costs: dict[str, Cost] = field(default_factory=dict)
     warmups: dict[str, float] = field(default_factory=dict)
     gap_s: float | None = None
     runs: int = 0
 
-    def timings(self, engine: str) -> list[LevelTiming]:
-        """The engine's stored levels, or the first guess (an endpoint with neither: vLLM's guess)."""
-        return self.levels.get(engine) or FIRST_GUESS.get(engine) or FIRST_GUESS["vllm"]
+    def cost(self, engine: str) -> Cost:
+        """The engine's fitted cost, or the first guess (an endpoint with neither: vLLM's guess)."""
+        return self.costs.get(engine) or FIRST_GUESS.get(engine) or FIRST_GUESS["vllm"]
+
+    def warmup_extra(self, engine: str) -> float:
+        """What the engine's warm-up takes beyond its requests (stored, else the first guess)."""
+        return self.warmups.get(engine, FIRST_WARMUP_S.get(engine, FIRST_WARMUP_S["vllm"]))
 
     def guessed(self, engines) -> list[str]:
         """The engines of ``engines`` that no stored run measured."""
-        return [engine for engine in engines if engine not in self.levels]
+        return [engine for engine in engines if engine not in self.costs]
 
 
 def history(summaries: list[dict], model: str, device_name: str) -> History:
-    """The timings of the stored runs (summary.json dicts, newest first) of this device and model."""
+    """The costs fitted to the stored runs (summary.json dicts, newest first) of this device and model."""
     mine = [s for s in summaries if s.get("model") == model and s.get("device", {}).get("name") == device_name]
     mine = mine[:HISTORY_RUNS]
-    levels: dict[str, list[LevelTiming]] = {}
+    levels: dict[str, list[StoredLevel]] = {}
     for summary in mine:
         for row in summary.get("runs", []):
-            if (timing := level_timing(summary, row)) is not None:
-                levels.setdefault(row["engine"], []).append(timing)
+            if (level := stored_level(summary, row)) is not None:
+                levels.setdefault(row["engine"], []).append(level)
+    costs = {engine: fit_cost(found) for engine, found in levels.items()}
     gaps = [g for s in mine if (g := gap_per_level(s)) is not None]
-    return History(levels, _median_warmups(mine), statistics.median(gaps) if gaps else None, len(mine))
+    return History(costs, warmup_extras(mine, costs), statistics.median(gaps) if gaps else None, len(mine))
 
 
-def _median_warmups(summaries: list[dict]) -> dict[str, float]:
+def warmup_extras(summaries: list[dict], costs: dict[str, Cost]) -> dict[str, float]:
+    """Per engine, the median of what stored warm-ups took beyond their requests at the fitted cost."""
     found: dict[str, list[float]] = {}
     for summary in summaries:
         for engine, seconds in (summary.get("warmup_s") or {}).items():
-            found.setdefault(engine, []).append(seconds)
+            if engine in costs and (shape := warmup_shape(summary, engine)) is not None:
+                found.setdefault(engine, []).append(seconds - costs[engine].seconds(shape))
     return {engine: statistics.median(values) for engine, values in found.items()}
 
 
-def level_timing(summary: dict, row: dict) -> LevelTiming | None:
-    """A stored level's time per prompt token (its mean time to a first token over the prompt tokens a first token
-    waits for) and its step time fitted to its measured duration, both from its own counts (rebuilt from the
-    stored seed and lengths); None when it finished nothing or cannot be rebuilt (bounded by time, open loop)."""
-    first, shape = row["ttft_s"].get("mean"), stored_shape(summary, row)
-    if not row.get("completed") or first is None or row.get("status") not in (None, "ok") or shape is None:
+def warmup_shape(summary: dict, engine: str) -> LevelShape | None:
+    """The shape of a stored run's warm-up (None when its workload is unknown here)."""
+    load = summary.get("load", {})
+    if summary.get("workload") not in WORKLOADS:
         return None
-    prefill = first / shape.wave if shape.wave else 0.0
-    step = (row["duration_s"] - prefill * shape.prefill) / shape.steps if shape.steps else 0.0
-    if step <= 0:  # the first token's wait was not prefill alone: the tokens' own mean gap instead
-        step = row["tpot_s"].get("mean") or 0.0
-        prefill = max(0.0, row["duration_s"] - step * shape.steps) / shape.prefill if shape.prefill else 0.0
-    return LevelTiming(row["users"], prefill, step)
+    config = LoadConfig(users=(1,), workload=summary["workload"], seed=load.get("seed", 0),
+                        output_len=load.get("output_len"), warmup_requests=load.get("warmup_requests", 0))
+    batch = summary.get("engine_args", {}).get(engine, {}).get("max_batch_size")
+    return warmup_level(config, engine, batch)
+
+
+def warmup_level(load: LoadConfig, engine: str, batch: int | None) -> LevelShape:
+    """The warm-up's shape: its few short requests sent at once (lab.runs.warmup_requests)."""
+    count, seed, output_len = warmup_lengths(load)
+    if not count:
+        return LevelShape(0, 0.0, 0)
+    return level_shape(sample_specs(load.workload, count, seed, output_len), count, _static(engine), batch)
+
+
+def stored_level(summary: dict, row: dict) -> StoredLevel | None:
+    """A stored level's shape (rebuilt from the stored seed and lengths), its time per prompt token (its mean time
+    to a first token over the prompt tokens a first token waits for) and its times; None when it finished nothing
+    or cannot be rebuilt (bounded by time, open loop)."""
+    first, shape = row["ttft_s"].get("mean"), stored_shape(summary, row)
+    if not row.get("completed") or first is None or row.get("status") not in (None, "ok") or not shape:
+        return None
+    prefill = first / shape.wave if shape.wave else None
+    return StoredLevel(shape, prefill, row["duration_s"], row["tpot_s"].get("mean") or 0.0)
 
 
 def stored_shape(summary: dict, row: dict) -> LevelShape | None:
-    """The shape of a stored count-bounded closed-loop level (None for others)."""
+    """The shape of a stored count-bounded closed-loop level with decode steps (None for others)."""
     load = summary.get("load", {})
     if not load.get("requests_per_user") or load.get("rate") or summary.get("workload") not in WORKLOADS:
         return None
     config = LoadConfig(users=(row["users"],), workload=summary["workload"], seed=load.get("seed", 0),
                         requests_per_user=load["requests_per_user"], output_len=load.get("output_len"))
     batch = summary.get("engine_args", {}).get(row["engine"], {}).get("max_batch_size")
-    return level_shape(planned_specs(config, row["users"]), row["users"], _static(row["engine"]), batch)
+    shape = level_shape(planned_specs(config, row["users"]), row["users"], _static(row["engine"]), batch)
+    return shape if shape.steps else None
+
+
+def fit_cost(levels: list[StoredLevel]) -> Cost:
+    """The engine's cost from its stored levels: the median time per prompt token, and the decode step's three
+    prices that fit the levels' durations less that prefill with the least relative absolute error, none below
+    zero (the best fit over each subset of the three: the constrained best is one of them)."""
+    prefills = [level.prefill_s for level in levels if level.prefill_s is not None]
+    prefill = statistics.median(prefills) if prefills else 0.0
+    timed = [(level.shape.work(), seconds) for level in levels if (seconds := level.decode_s(prefill)) > 0]
+    work, seconds = [w for w, _ in timed], [s for _, s in timed]
+    fits = [(*fit, order) for order, keep in enumerate(SUBSETS) if timed and (fit := fit_prices(work, seconds, keep))]
+    return Cost(prefill, *(min(fits)[2] if fits else (0.0, 0.0, 0.0)))
+
+
+def fit_prices(work: list[tuple], seconds: list[float], keep: tuple[int, ...]) -> tuple | None:
+    """(relative absolute error, prices kept, the three prices) of the least-relative-absolute-error fit of
+    ``seconds`` by the drivers of ``work`` in ``keep`` (reweighted least squares); None if one comes out below
+    zero or the drivers cannot tell the prices apart."""
+    rows = [[row[i] for i in keep] for row in work]
+    weights = [1.0 / s ** 2 for s in seconds]  # relative least squares first, then toward least absolute error
+    for _ in range(FIT_ROUNDS):
+        if (prices := weighted_least_squares(rows, seconds, weights)) is None:
+            return None
+        errors = [abs(_dot(prices, row) - s) / s for row, s in zip(rows, seconds, strict=True)]
+        weights = [1.0 / (s * s * max(e, 1e-4)) for s, e in zip(seconds, errors, strict=True)]
+    if min(prices) < 0:
+        return None
+    full = [0.0, 0.0, 0.0]
+    for i, price in zip(keep, prices, strict=True):
+        full[i] = price
+    return round(sum(errors), 9), len(keep), tuple(full)
+
+
+def _dot(xs, ys) -> float:
+    return sum(x * y for x, y in zip(xs, ys, strict=True))
+
+
+def weighted_least_squares(rows: list[list[float]], ys: list[float], weights: list[float]) -> list[float] | None:
+    """The x minimizing sum w (row . x - y)^2 (its normal equations, columns scaled to one); None if singular."""
+    n = len(rows[0])
+    scale = [max(abs(row[j]) for row in rows) or 1.0 for j in range(n)]
+    a = [[sum(w * r[i] * r[j] / (scale[i] * scale[j]) for r, w in zip(rows, weights, strict=True)) for j in range(n)]
+         + [sum(w * r[i] * y / scale[i] for r, y, w in zip(rows, ys, weights, strict=True))] for i in range(n)]
+    solved = solve(a)
+    return None if solved is None else [x / s for x, s in zip(solved, scale, strict=True)]
+
+
+def solve(a: list[list[float]]) -> list[float] | None:
+    """Gauss-Jordan on the augmented matrix ``a`` (n x n+1) with partial pivoting; None if (nearly) singular."""
+    n, size = len(a), max(abs(a[i][i]) for i in range(len(a))) or 1.0
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[pivot][col]) < 1e-9 * size:
+            return None
+        a[col], a[pivot] = a[pivot], a[col]
+        for r in range(n):
+            if r != col:
+                f = a[r][col] / a[col][col]
+                a[r] = [x - f * y for x, y in zip(a[r], a[col], strict=True)]
+    return [a[i][n] / a[i][i] for i in range(n)]
 
 
 def gap_per_level(summary: dict) -> float | None:
@@ -164,18 +288,37 @@ def planned_outputs(load: LoadConfig, users: int) -> list[int]:
 
 
 def level_shape(specs: list, users: int, static: bool, batch: int | None = None) -> LevelShape:
-    """A level's prompt tokens prefilled, the prompt tokens one first token waits for, and its slowest chain of
-    decode steps: a static batch of min(users, batch) pads its prompts to the longest and runs until its longest
-    request; continuous batching prefills each prompt and hands each free user the next request."""
-    outputs = [spec.output_len for spec in specs]
+    """A level's prompt tokens prefilled, the prompt tokens one first token waits for, its slowest chain of decode
+    steps, and the requests run and KV tokens attended over those steps: a static batch of min(users, batch) pads
+    its prompts to the longest and runs every row until its longest request; continuous batching prefills each
+    prompt and runs each request for its own tokens."""
     if static:
         width = min(users, batch or users)
-        chunks = [specs[i:i + width] for i in range(0, len(specs), width)]
-        padded = [len(chunk) * max(spec.prompt_len for spec in chunk) for chunk in chunks]
-        return LevelShape(sum(padded), sum(padded) / len(chunks), critical_path(outputs, users, True, batch)[1])
+        return _sum_shapes([_batch_shape(specs[i:i + width]) for i in range(0, len(specs), width)])
+    outputs = [spec.output_len for spec in specs]
     prompts = [spec.prompt_len for spec in specs]
     wave = sum(prompts) / len(prompts) * min(users, len(prompts)) if prompts else 0.0
-    return LevelShape(sum(prompts), wave, critical_path(outputs, users, False)[1])
+    kv = sum(_attended(spec.prompt_len, spec.output_len) for spec in specs)
+    return LevelShape(sum(prompts), wave, critical_path(outputs, users, False)[1], kv, sum(outputs))
+
+
+def _batch_shape(chunk: list) -> LevelShape:
+    """One static batch: every row padded to its longest prompt and run until its longest request."""
+    padded, steps = max(spec.prompt_len for spec in chunk), max(spec.output_len for spec in chunk)
+    rows = len(chunk)
+    return LevelShape(rows * padded, rows * padded, steps, rows * _attended(padded, steps), rows * steps)
+
+
+def _sum_shapes(shapes: list[LevelShape]) -> LevelShape:
+    """Batches one after another: their counts add; a first token waits for one batch's prompts on average."""
+    prefill = sum(shape.prefill for shape in shapes)
+    return LevelShape(prefill, prefill / len(shapes) if shapes else 0.0, sum(shape.steps for shape in shapes),
+                      sum(shape.kv for shape in shapes), sum(shape.rows for shape in shapes))
+
+
+def _attended(prompt: int, steps: int) -> int:
+    """The KV tokens one request's decode steps attend to: its prompt and the tokens made so far, each step."""
+    return steps * prompt + steps * (steps + 1) // 2
 
 
 def critical_path(outputs: list[int], users: int, static: bool, batch: int | None = None) -> tuple[int, int]:
@@ -192,39 +335,23 @@ def critical_path(outputs: list[int], users: int, static: bool, batch: int | Non
     return max(busy)[::-1] if busy else (0, 0)
 
 
-def at_users(timings: list[LevelTiming], users: int) -> LevelTiming:
-    """The timing at ``users``: interpolated in log users between the stored levels around it, or the nearest
-    one outside them; each stored level the median of its newest MEDIAN_OF (one run on a shared machine can be
-    several times slower than the next)."""
-    by_users: dict[int, list[LevelTiming]] = {}
-    for timing in timings:
-        by_users.setdefault(timing.users, []).append(timing)
-    lower = max((u for u in by_users if u <= users), default=None)
-    upper = min((u for u in by_users if u >= users), default=None)
-    low, high = (_median_timing(by_users[u][:MEDIAN_OF]) for u in (lower or upper, upper or lower))
-    if low.users == high.users:
-        return low
-    w = math.log(users / low.users) / math.log(high.users / low.users)
-    return LevelTiming(users, low.prefill_s + w * (high.prefill_s - low.prefill_s),
-                       low.step_s + w * (high.step_s - low.step_s))
-
-
-def _median_timing(timings: list[LevelTiming]) -> LevelTiming:
-    return LevelTiming(timings[0].users, statistics.median(t.prefill_s for t in timings),
-                       statistics.median(t.step_s for t in timings))
-
-
-def level_seconds(plan: RunPlan, engine: str, users: int, timing: LevelTiming) -> float:
-    """One level of one engine: its prompt tokens and critical path at the timing's speeds (a level bounded by
-    time: its duration plus the tail of one longest request; open loop: at least its arrivals' span)."""
-    load = plan.load
+def level_seconds(plan: RunPlan, engine: str, users: int, cost: Cost) -> float:
+    """One level of one engine at its cost (a level bounded by time: its duration plus the tail of one longest
+    request among ``users`` mean ones; open loop: at least its arrivals' span)."""
+    load, batch = plan.load, plan.engine.hf_max_batch_size
     if load.duration_s:
-        spec = WORKLOADS[load.workload]
-        return load.duration_s + spec.prompt_len[1] * timing.prefill_s + (
-            load.output_len or spec.output_len[1]) * timing.step_s
-    shape = level_shape(planned_specs(load, users), users, _static(engine), plan.engine.hf_max_batch_size)
-    busy = shape.prefill * timing.prefill_s + shape.steps * timing.step_s
+        return load.duration_s + _tail_seconds(load, users, cost)
+    busy = cost.seconds(level_shape(planned_specs(load, users), users, _static(engine), batch))
     return max(busy, users * load.requests_per_user / load.rate) if load.rate else busy
+
+
+def _tail_seconds(load: LoadConfig, users: int, cost: Cost) -> float:
+    """One longest request, prefilled and decoded beside users - 1 mean ones."""
+    spec = WORKLOADS[load.workload]
+    prompt, output = spec.prompt_len[1], load.output_len or spec.output_len[1]
+    mean_prompt, mean_output = mean_request(load.workload, load.output_len)
+    kv = _attended(prompt, output) + (users - 1) * output * (mean_prompt + mean_output / 2)
+    return cost.seconds(LevelShape(prompt, prompt, output, int(kv), users * output))
 
 
 @dataclass(frozen=True)
@@ -239,12 +366,18 @@ class Estimate:
 def estimate_run(plan: RunPlan, past: History, restarts: dict[str, float] | None = None) -> Estimate:
     """Warm-ups, levels (each repeat), pauses and settles, and the restarts of dead engines (their last start)."""
     load, engines = plan.load, plan.engines
-    levels = sum(level_seconds(plan, e, u, at_users(past.timings(e), u)) for e in engines for u in load.users)
+    levels = sum(level_seconds(plan, e, u, past.cost(e)) for e in engines for u in load.users)
     order = [e for _ in range(len(load.users) * load.repeats) for e in engines]
-    warmups = sum(past.warmups.get(e, FIRST_WARMUP_S.get(e, FIRST_WARMUP_S["vllm"])) for e in engines)
+    warmups = sum(warmup_seconds(plan, e, past) for e in engines) if load.warmup_requests else 0.0
     gaps = len(order) * (FIRST_GAP_S if past.gap_s is None else past.gap_s) + settle_count(order) * SETTLE_S
-    total = levels * load.repeats + (warmups if load.warmup_requests else 0) + gaps
+    total = levels * load.repeats + warmups + gaps
     return Estimate(total + sum((restarts or {}).values()), past.runs, tuple(past.guessed(engines)))
+
+
+def warmup_seconds(plan: RunPlan, engine: str, past: History) -> float:
+    """The engine's warm-up: its requests at its cost, plus what stored warm-ups took beyond theirs."""
+    shape = warmup_level(plan.load, engine, plan.engine.hf_max_batch_size)
+    return max(0.0, past.cost(engine).seconds(shape) + past.warmup_extra(engine))
 
 
 def estimate_text(plan: RunPlan, summaries: list[dict], model: str, device_name: str,

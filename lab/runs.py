@@ -203,12 +203,17 @@ def single_requests(tokenizer, plan: RunPlan, seed: int, prefix: str, users: int
         chunk += 1
 
 
+def warmup_lengths(load) -> tuple[int, int, int]:
+    """The warm-up's request count, seed and output length (at most 16 tokens), for its requests and the estimate."""
+    return load.warmup_requests, load.seed + 99, min(load.output_len or 16, 16)
+
+
 def warmup_requests(tokenizer, plan: RunPlan, name: str) -> list[GenRequest]:
     """The plan's unmeasured requests before a level: warmup_requests short ones (<= 16 tokens) of its workload."""
-    if not plan.load.warmup_requests:
+    count, seed, output_len = warmup_lengths(plan.load)
+    if not count:
         return []
-    return make_requests(tokenizer, plan.load.workload, plan.load.warmup_requests, plan.load.seed + 99,
-                         min(plan.load.output_len or 16, 16), True, prefix=f"warmup-{name}")
+    return make_requests(tokenizer, plan.load.workload, count, seed, output_len, True, prefix=f"warmup-{name}")
 
 
 async def warm_up(engine: Engine, tokenizer, plan: RunPlan) -> None:

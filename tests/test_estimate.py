@@ -1,18 +1,30 @@
 """The time estimate is computed from the stored runs of this device and model, start to end, and says when it
 can only guess."""
 
+from dataclasses import astuple
+
 import pytest
 
 from lab.config import LoadConfig, RunPlan
 from lab.estimate import (
     FIRST_GUESS_NOTE,
+    Cost,
+    LevelShape,
+    StoredLevel,
     critical_path,
     estimate_run,
     estimate_text,
+    fit_cost,
+    fit_prices,
     history,
-    planned_outputs,
+    level_seconds,
+    level_shape,
+    planned_specs,
     settle_count,
+    warmup_level,
+    warmup_seconds,
 )
+from lab.load.workloads import RequestSpec
 from lab.runs import SETTLE_S
 
 PLAN = RunPlan(engines=("hf", "vllm"), load=LoadConfig(users=(1, 4), requests_per_user=2, output_len=10))
@@ -48,21 +60,76 @@ def test_rerunning_a_stored_plan_is_estimated_at_its_measured_time():
         1.5 + 2 * 10.0 + 8 * gap + 3 * SETTLE_S)
 
 
-def test_longer_outputs_take_longer_by_the_fitted_step_time():
-    longer = RunPlan(engines=("vllm",), load=LoadConfig(users=(1,), requests_per_user=2, output_len=20))
-    short = RunPlan(engines=("vllm",), load=LoadConfig(users=(1,), requests_per_user=2, output_len=10))
-    past = history([summary()], "m", "cpu-x")
-    step = (1.0 - 2 * 0.1) / 20  # the stored 1-user level: 2 rounds, 20 steps in 1.0 s
-    assert estimate_run(longer, past).seconds - estimate_run(short, past).seconds == pytest.approx(20 * step)
-    assert planned_outputs(longer.load, 1) == [20, 20]
-
-
 def test_only_this_device_and_model_and_only_finished_levels_count():
     cancelled = summary(device="cpu-x")
     cancelled["status"] = cancelled["runs"][0]["status"] = "cancelled"
     past = history([summary(device="gpu"), summary(model="other"), cancelled], "m", "cpu-x")
-    assert [t.users for t in past.levels["hf"]] == [4] and past.gap_s is None  # a cancelled run has no gap
+    assert sorted(past.costs) == ["hf", "vllm"] and past.gap_s is None  # a cancelled run has no gap
+    alone = history([summary(durations=((("hf", 4), 5.0),))], "m", "cpu-x").cost("hf")
+    assert past.cost("hf") == alone  # the cancelled 1-user level is left out
     assert history([summary(device="gpu")], "m", "cpu-x").runs == 0
+
+
+def test_a_static_batch_counts_its_padding_and_finished_rows_continuous_batching_each_requests_own():
+    specs = [RequestSpec(10, 4), RequestSpec(2, 8)]
+    assert level_shape(specs, 2, static=True) == LevelShape(
+        prefill=2 * 10, wave=20, steps=8, kv=2 * (8 * 10 + 36), rows=2 * 8)  # both rows padded to 10, run 8 steps
+    assert level_shape(specs, 2, static=False) == LevelShape(
+        prefill=12, wave=12, steps=8, kv=(4 * 10 + 10) + (8 * 2 + 36), rows=4 + 8)
+    assert level_shape(specs, 2, static=True, batch=1).steps == 4 + 8  # one row at a time: one after the other
+    assert [spec.output_len for spec in planned_specs(PLAN.load, 4)] == [10] * 8  # 4 users x 2 requests each
+
+
+# HF's cost on a 2-core CPU (fitted to bench.estimates' levels): a step is mostly its padded KV tokens
+HF_CPU = Cost(prefill_s=0.001, step_s=0.027, kv_s=2.6e-5)
+
+
+def measured(cost, users, workload="mixed", output_len=24, requests_per_user=1, warmup_extra=0.3, slowed=1.0):
+    """A stored HF run whose levels take exactly what ``cost`` says (times ``slowed``), its warm-up
+    ``warmup_extra`` beyond its requests."""
+    load = LoadConfig(users=users, workload=workload, output_len=output_len, requests_per_user=requests_per_user)
+    stored = {"model": "m", "device": {"name": "cpu-x"}, "workload": workload, "status": "ok", "engine_args": {},
+              "load": {"requests_per_user": requests_per_user, "output_len": output_len, "seed": 0,
+                       "warmup_requests": 2}, "runs": []}
+    for u in users:
+        shape = level_shape(planned_specs(load, u), u, static=True)
+        stored["runs"].append({"engine": "hf", "users": u, "status": "ok", "completed": u * requests_per_user,
+                               "duration_s": slowed * cost.seconds(shape),
+                               "ttft_s": {"mean": slowed * cost.prefill_s * shape.wave}, "tpot_s": {}})
+    stored["warmup_s"] = {"hf": cost.seconds(warmup_level(load, "hf", None)) + warmup_extra}
+    return stored
+
+
+def hf_plan(users, workload, output_len, requests_per_user=1):
+    return RunPlan(engines=("hf",), load=LoadConfig(users=users, workload=workload, output_len=output_len,
+                                                   requests_per_user=requests_per_user))
+
+
+def test_a_steps_price_follows_its_kv_tokens_not_its_user_level():
+    past = history([measured(HF_CPU, (1, 4, 8)), measured(HF_CPU, (2, 5), output_len=8)], "m", "cpu-x")
+    assert astuple(past.cost("hf")) == pytest.approx(astuple(HF_CPU), rel=1e-3)
+    for users, workload, out, per_user in ((2, "decode", 24, 1), (6, "decode", 24, 1), (3, "equal", 48, 2)):
+        plan = hf_plan((users,), workload, out, per_user)  # short prompts: far fewer KV tokens per row than mixed
+        truth = HF_CPU.seconds(level_shape(planned_specs(plan.load, users), users, static=True))
+        assert level_seconds(plan, "hf", users, past.cost("hf")) == pytest.approx(truth, rel=1e-3)
+    assert warmup_seconds(hf_plan((2,), "decode", 24), "hf", past) == pytest.approx(
+        HF_CPU.seconds(warmup_level(hf_plan((2,), "decode", 24).load, "hf", None)) + 0.3)  # its own short prompts
+
+
+def test_one_slowed_run_moves_the_fit_little():
+    runs = [measured(HF_CPU, (1, 4, 8)), measured(HF_CPU, (2, 5), output_len=8), measured(HF_CPU, (3, 6)),
+            measured(HF_CPU, (1, 4, 8), slowed=3.0)]  # a neighbour's load tripled one run's times
+    plan = hf_plan((2, 6), "decode", 24)
+    fitted = history(runs, "m", "cpu-x").cost("hf")
+    assert level_seconds(plan, "hf", 6, fitted) == pytest.approx(level_seconds(plan, "hf", 6, HF_CPU), rel=0.05)
+
+
+def test_no_price_is_fitted_below_zero():
+    levels = [StoredLevel(LevelShape(0, 0.0, steps, kv, rows), None, seconds, 0.0)
+              for steps, kv, rows, seconds in ((10, 100, 10, 1.0), (10, 1000, 40, 1.2), (10, 2000, 80, 1.1))]
+    fitted = fit_cost(levels)
+    assert min(fitted.step_s, fitted.kv_s, fitted.row_s) >= 0 and fitted.step_s > 0
+    assert fit_prices([(1, 2, 3), (2, 4, 6)], [1.0, 2.0], (0, 1)) is None  # steps and KV tokens in step: no fit
 
 
 def test_a_fresh_install_gets_the_first_guess_and_says_so():
