@@ -20,9 +20,11 @@ also when it fails or is interrupted; exit codes as for bench.
 
 restarts the knob's engine once per value and runs the same seeded requests on it; writes
 DIR/sweep.json and DIR/sweep.csv (finished values kept on failure or Ctrl-C); exit codes as for bench.
-    python -m lab report RUN_DIR_OR_ID --out report.html
 
-writes one self-contained HTML file of a run (its figures, tables, agreement, engine args, device, spread).
+    python -m lab report DIR_OR_ID --out report.html     # or: python -m lab report --list
+
+writes one self-contained HTML file of a run, an experiment (the why ladder too) or a sweep: the page's figures,
+the computed sentences, tables, parameters, engine args, device and versions; --list prints the stored ids.
 vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
 """
 
@@ -130,9 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
     serve.add_argument("--port", type=whole_arg, default=8000, help="port on 127.0.0.1 (0: any free one)")
     add_engine_args(serve)
-    report = sub.add_parser("report", help="one self-contained HTML file of a run (opens with no network)")
-    report.add_argument("run", metavar="RUN_DIR_OR_ID", help="a folder bench wrote, or a stored run's id")
+    report = sub.add_parser("report", help="one self-contained HTML file of a run, experiment or sweep (opens with "
+                                           "no network)")
+    report.add_argument("run", metavar="DIR_OR_ID", nargs="?",
+                        help="a folder bench, experiment, explain or sweep wrote, or a stored result's id")
     report.add_argument("--out", default="report.html", help="the HTML file to write")
+    report.add_argument("--list", action="store_true", help="print the stored results' ids, newest first, and exit")
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
     add_engine_args(env)
     add_engines_arg(env)
@@ -522,14 +527,20 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Write a run's HTML report; an unknown id or folder is bad input (exit 2)."""
-    from lab.report import write_report
+    """Write the HTML report of a run, experiment or sweep, or list the stored ids; an unknown id or folder is bad
+    input (exit 2)."""
+    from lab.report import stored_lines, write_report
 
+    if args.list:
+        print("\n".join(stored_lines()) or "nothing stored yet")
+        return 0
+    if not args.run:
+        raise ValueError("give a folder or a stored result's id (python -m lab report --list lists the ids)")
     try:
         path = write_report(args.run, args.out)
     except KeyError as exc:
-        raise ValueError(f"{exc.args[0]} (give a folder holding summary.json, or a run id from the Results "
-                         f"tab)") from None
+        raise ValueError(f"{exc.args[0]} (give a folder holding summary.json, experiment.json, explain.json or "
+                         f"sweep.json, or an id that python -m lab report --list prints)") from None
     print(f"wrote {path}")
     return 0
 

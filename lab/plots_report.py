@@ -1,25 +1,41 @@
-"""A run as one self-contained HTML page to hand out: its figures, tables, sentences, agreement, engine args,
-device and spread, from its summary.json and requests.csv alone.
+"""A stored result as one self-contained HTML page to hand out: a run, an experiment (the why ladder is one) or a
+sweep, each page picked by the result's kind (``PAGES``).
 
+A run's page holds its figures, tables, sentences, agreement, engine args, device and spread, from its summary.json
+and requests.csv alone; an experiment's, the figure the KV cache or Why tab draws for it (lab.plots_kv, whose
+``experiment_figure`` draws the ladder too), its computed sentences, fields, parameters, engine args, device and
+versions; a sweep's, the Sweeps tab's figure (lab.plots_sweep), its sentences, points, load, device and versions.
 Plotly's JavaScript is written into the page once (``include_plotlyjs=True``, no CDN), so the file opens in a
-browser with no network. The figures are the dashboard's own (lab.plots), drawn from the stored summary; the
-figures over time need the engines' samples, which a stored run does not keep, and are left out.
+browser with no network. Every sentence comes from lab.sentences, computed from the result. The figures over time
+of a run need the engines' samples, which a stored run does not keep, and are left out.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from lab.experiments import EXPERIMENTS, stored_fields
 from lab.plots import _layout, latency_table, ratio_bars, tok_s_bars, turn_ttft_figure
-from lab.sentences import chat_answer, ratio_caption
+from lab.plots_kv import experiment_figure
+from lab.plots_sweep import sweep_figure
+from lab.plots_why import factors_table
+from lab.sentences import chat_answer, experiment_answer, ratio_caption, sweep_answer
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#2a3f5f}"
          "table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #dde;padding:3px 7px}"
          "pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px}.fig{margin:1em 0}")
+
+
+def report_page(kind: str, data: dict, requests: pd.DataFrame) -> str:
+    """The page of a stored result of ``kind`` (a TaskResult KIND); ``requests``: a run's requests.csv."""
+    if kind not in PAGES:
+        raise ValueError(f"no report for a result of kind {kind!r}; kinds with one: {', '.join(PAGES)}")
+    return PAGES[kind](data, requests)
 
 
 def report_html(summary: dict, requests: pd.DataFrame) -> str:
@@ -27,16 +43,48 @@ def report_html(summary: dict, requests: pd.DataFrame) -> str:
     figures = [tok_s_bars(summary), ratio_bars(summary), lengths_figure(requests)]
     if summary.get("turns"):
         figures.append(turn_ttft_figure(summary))
-    parts = [f"<h1>KV Lab run {esc(summary['run_id'])}</h1>", facts(summary), sentences(summary)]
+    parts = [facts(summary), sentences(summary)]
     parts += [figure_div(fig, index == 0) for index, fig in enumerate(figures)]
     parts += [section("Latency (ms) per engine and user level", latency_table(summary).to_html(index=False)),
               section("Spread over repeats", json_block(summary.get("spread"))),
               section("Do the engines compute the same thing?", agreement_html(summary.get("agreement") or [])),
               section("Engine args", json_block(summary.get("engine_args"))),
-              section("Device and versions", json_block({"device": summary.get("device"),
-                                                          "versions": summary.get("versions")}))]
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>KV Lab run {esc(summary['run_id'])}</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
+              where_it_ran(summary)]
+    return page(f"KV Lab run {summary['run_id']}", parts)
+
+
+def experiment_html(data: dict, requests: pd.DataFrame | None = None) -> str:
+    """The page of a stored experiment (experiment.json's dict; explain.json's for the why ladder)."""
+    name, fields = data["experiment"], stored_fields(data)
+    drawn = experiment_figure(SimpleNamespace(experiment=name, fields=fields, series=data.get("series") or {}))
+    parts = [f"<p>{esc(EXPERIMENTS.get(name, ''))}</p>", facts_table(experiment_facts(data)),
+             paragraphs(experiment_answer(name, fields, data.get("params") or {})), figure_div(drawn, True)]
+    if name == "why":
+        parts.append(section("Factors", factors_table(fields).to_html(index=False)))
+    parts += [section("Measured fields", json_block({k: v for k, v in fields.items() if k != "caption"})),
+              section("Parameters", json_block(data.get("params"))),
+              section("Engine args", json_block(data.get("engine_args"))), where_it_ran(data)]
+    title = "why ladder (lab explain)" if name == "why" else f"experiment {name}"
+    return page(f"KV Lab {title} {data['experiment_id']}", parts)
+
+
+def sweep_html(data: dict, requests: pd.DataFrame | None = None) -> str:
+    """The page of a stored sweep (sweep.json's dict): the Sweeps tab's figure and points, and its sentences."""
+    points = pd.DataFrame(data.get("points") or []).round(3)
+    parts = [facts_table(sweep_facts(data)), paragraphs(sweep_answer(data)), figure_div(sweep_figure(data), True),
+             section("One row per finished value (as sweep.csv; engine_arg: the setting as the engine reported it)",
+                     points.to_html(index=False)),
+             section("Load", json_block(data.get("load"))), where_it_ran(data)]
+    return page(f"KV Lab sweep of {data['knob']} {data['sweep_id']}", parts)
+
+
+PAGES = {"run": report_html, "experiment": experiment_html, "sweep": sweep_html}  # TaskResult.KIND -> its page
+
+
+def page(title: str, parts: list[str]) -> str:
+    """One HTML document: the title as its heading, then ``parts``."""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{STYLE}</style>"
+            f"</head><body><h1>{esc(title)}</h1>{''.join(parts)}</body></html>")
 
 
 def esc(value) -> str:
@@ -59,21 +107,59 @@ def figure_div(fig: go.Figure, with_js: bool) -> str:
 def facts(summary: dict) -> str:
     """What ran, where and how it ended, as a small table."""
     load = summary.get("load", {})
-    rows = {"status": summary["status"] + (f" ({summary['error']})" if summary.get("error") else ""),
-            "started": summary.get("started_at"), "model": summary.get("model"),
-            "device": (summary.get("device") or {}).get("name"), "engines": ", ".join(summary["engines"]),
-            "workload": summary["workload"], "users": ", ".join(map(str, summary["users"])),
-            "requests per user": load.get("requests_per_user"), "seconds per level": load.get("duration_s"),
-            "output length": load.get("output_len") or "the workload's", "repeats": load.get("repeats"),
-            "seed": load.get("seed")}
+    return facts_table({**ended(summary), "model": summary.get("model"), "device": device_name(summary),
+                        "engines": ", ".join(summary["engines"]), "workload": summary["workload"],
+                        "users": ", ".join(map(str, summary["users"])),
+                        "requests per user": load.get("requests_per_user"), "seconds per level": load.get("duration_s"),
+                        "output length": load.get("output_len") or "the workload's", "repeats": load.get("repeats"),
+                        "seed": load.get("seed")})
+
+
+def experiment_facts(data: dict) -> dict:
+    """An experiment's name, how it ended, and where it ran."""
+    return {"experiment": data["experiment"], **ended(data), "model": data.get("model"), "device": device_name(data)}
+
+
+def sweep_facts(data: dict) -> dict:
+    """A sweep's knob and values, how it ended, where it ran and the load each value ran."""
+    load = data.get("load") or {}
+    return {"knob": f"{data['knob']} ({data.get('engine')})", "values": ", ".join(map(str, data.get("values", []))),
+            **ended(data), "model": data.get("model"), "device": device_name(data),
+            "users": ", ".join(map(str, load.get("users", []))), "workload": load.get("workload"),
+            "requests per user": load.get("requests_per_user"), "output length": load.get("output_len") or
+            "the workload's", "repeats": load.get("repeats")}
+
+
+def ended(data: dict) -> dict:
+    """Status (with the error, if any), start and end of any stored result."""
+    return {"status": data["status"] + (f" ({data['error']})" if data.get("error") else ""),
+            "started": data.get("started_at"), "ended": data.get("ended_at")}
+
+
+def device_name(data: dict) -> str | None:
+    """The device's name (a memory plan's experiment.json holds only the name)."""
+    device = data.get("device")
+    return device.get("name") if isinstance(device, dict) else device
+
+
+def facts_table(rows: dict) -> str:
+    """Rows of name and value, as a small table (a value of None is left out)."""
     cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows.items() if v is not None)
     return f"<table>{cells}</table>"
 
 
+def where_it_ran(data: dict) -> str:
+    return section("Device and versions", json_block({"device": data.get("device"), "versions": data.get("versions")}))
+
+
 def sentences(summary: dict) -> str:
     """The lab's computed sentences about this run (the ratio caption, a chat run's turns)."""
-    said = [ratio_caption(summary), *chat_answer(summary)]
-    return "".join(f"<p>{esc(line.replace('**', ''))}</p>" for line in said if line)  # the page's bold marks
+    return paragraphs([ratio_caption(summary), *chat_answer(summary)])
+
+
+def paragraphs(lines: list[str]) -> str:
+    """Computed sentences, one paragraph each (the page's bold marks dropped)."""
+    return "".join(f"<p>{esc(line.replace('**', ''))}</p>" for line in lines if line)
 
 
 def lengths_figure(requests: pd.DataFrame) -> go.Figure:

@@ -1,4 +1,5 @@
-"""The why ladder's figure: output tok/s per rung with its repeats' range, and each step's factor over it.
+"""The why ladder's figure (output tok/s per rung with its repeats' range, each step's factor over it) and its
+factors table.
 
 Log scale, so that each step's height is its factor and the chain's steps stack up to the whole ratio. Chain
 rungs are drawn in one colour, side rungs (set against one chain rung, outside the product) in another.
@@ -7,6 +8,7 @@ Every number drawn comes from the ladder's result (lab.experiments.why).
 
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from lab.ladder import CHAIN, geo_mean
@@ -44,3 +46,12 @@ def fields_figure(fields: dict) -> go.Figure:
         fig.update_yaxes(type="log")
         fig.update_layout(showlegend=False, margin=dict(l=50, r=20, t=80, b=60))
     return fig
+
+
+def factors_table(fields: dict) -> pd.DataFrame:
+    """Each step: lower -> upper, its factor and the repeats' range, the mechanism, whether it is in the product."""
+    rows = [{"step": f"{f['lower']} → {f['upper']}", "factor": round(f["value"], 2),
+             "repeats": f"{f['low']:.2f}-{f['high']:.2f} (n={f['n']})", "mechanism": f["mechanism"],
+             "in product": "yes" if f["in_product"] else "side"}
+            for f in fields.get("factors", []) + fields.get("sides", [])]
+    return pd.DataFrame(rows, columns=["step", "factor", "repeats", "mechanism", "in product"])

@@ -667,6 +667,11 @@ def _turn_line(engine: str, users: int, rows: list[dict], block: int | None, off
 def plan_answer(fields: dict, device: str) -> list[str]:
     """The memory plan's arithmetic (computed), how many full-length requests fit, and what the budget is a share
     of on this device."""
+    return plan_lines(fields) + ([] if fields.get("refused") else [budget_line(device)])
+
+
+def plan_lines(fields: dict) -> list[str]:
+    """The memory plan's arithmetic and how many full-length requests fit (computed), or the planner's refusal."""
     from lab.environment import gib
 
     if fields.get("refused"):
@@ -682,12 +687,15 @@ def plan_answer(fields: dict, device: str) -> list[str]:
                  + ("refuses to start." if fit < 1 else "starts, since it refuses only when not even one fits. Most "
                     "requests are far shorter and hold only the blocks their tokens fill, so more run at once; when "
                     "the pool is full, new ones wait and running ones may be preempted (section 3)."))
-    if device == "cuda":
-        lines.append("On a GPU the fraction is of the card's total memory, not of what is free: two engines on one "
-                     "card must split it (their fractions add up to less than 1), or the second one fails to start.")
-    else:
-        lines.append("On a CPU the budget is kv_cache_gib, set apart in host memory for vLLM's blocks.")
     return lines
+
+
+def budget_line(device: str) -> str:
+    """What vLLM's KV budget is a share of on this device kind ('cuda' or 'cpu')."""
+    if device == "cuda":
+        return ("On a GPU the fraction is of the card's total memory, not of what is free: two engines on one card "
+                "must split it (their fractions add up to less than 1), or the second one fails to start.")
+    return "On a CPU the budget is kv_cache_gib, set apart in host memory for vLLM's blocks."
 
 
 def sharing_answer(fields: dict, n: int) -> list[str]:
@@ -723,9 +731,15 @@ def more_answers(fewer: dict, more: dict, counts: tuple[int, int]) -> list[str]:
 
 
 def preemption_answer(fields: dict, guess) -> list[str]:
+    """The reader's guess, then the small pool against the normal one (preemption_lines)."""
+    first, *rest = preemption_lines(fields)
+    return [f"You guessed {guess!r}. {first}", *rest]
+
+
+def preemption_lines(fields: dict) -> list[str]:
     """The small pool against the normal one: failures, waits, preemptions and tok/s (measured)."""
     small, normal = fields["small"], fields["normal"]
-    lines = [f"You guessed {guess!r}. Small pool ({small['kv_blocks']} blocks): {small['completed']} completed, "
+    lines = [f"Small pool ({small['kv_blocks']} blocks): {small['completed']} completed, "
              f"{small['errors']} errors, {small['preemptions']} preemption(s), {small['output_tok_s']:.1f} tok/s. "
              f"Normal pool ({normal['kv_blocks']} blocks): {normal['preemptions']} preemptions, "
              f"{normal['output_tok_s']:.1f} tok/s (measured)."]
@@ -742,3 +756,42 @@ def preemption_answer(fields: dict, guess) -> list[str]:
         said += f"The small pool made {ratio:.2f}x the normal pool's tok/s: " + (
             "with fewer blocks, fewer requests could run at once." if ratio < 1 else "no slower here.")
     return lines + [said, f"Preemption mode: {fields['preemption_mode']}."]
+
+
+# -- a stored result's sentences (lab report): one helper per experiment and per swept knob ----------------------
+EXPERIMENT_ANSWERS = {  # experiment -> (its fields, its params) -> lines; every argument is the result's own
+    "cache": lambda f, p: cache_answer(f),
+    "waste": lambda f, p: waste_answer(f) + (kinds_answer(f) if any("kinds_pct" in (f.get(e) or {})
+                                                                    for e in ENGINE_LABELS) else []),
+    "table": lambda f, p: table_answer(f),
+    "prefix": lambda f, p: prefix_answer(f, p["shared_tokens"]),
+    "phases": lambda f, p: phases_answer(f, max(p["users"])),
+    "sharing": lambda f, p: sharing_answer(f, p["n"]),
+    "preemption": lambda f, p: preemption_lines(f),
+    "memory": lambda f, p: plan_lines(f),  # a stored plan keeps its device's name, not its kind: no budget_line
+    "why": lambda f, p: [line.removeprefix("- ") for line in why_caption(f).splitlines()],
+}
+SWEEP_ANSWERS = {"hf_max_batch_size": batch_answer, "block_size": blocks_answer}  # knob -> (points, users) -> lines
+
+
+def experiment_answer(name: str, fields: dict, params: dict) -> list[str]:
+    """What the lab says about a stored experiment, from its fields and params (none where it has no helper)."""
+    answer = EXPERIMENT_ANSWERS.get(name)
+    return _held(answer, fields, params) if answer else []
+
+
+def sweep_answer(sweep: dict) -> list[str]:
+    """What the lab says about a stored sweep of at least two values, per user level (sweep.json's dict)."""
+    answer, points = SWEEP_ANSWERS.get(sweep.get("knob")), sweep.get("points", [])
+    if answer is None or len(points) < 2:
+        return []
+    return [line for users in sweep.get("load", {}).get("users", ()) for line in _held(answer, points, str(users))]
+
+
+def _held(answer, *args) -> list[str]:
+    """The helper's lines, or none where the result lacks a figure they rest on (a partial or an older result):
+    a sentence whose premise the result does not hold is not printed."""
+    try:
+        return answer(*args)
+    except (KeyError, TypeError, IndexError, ZeroDivisionError):
+        return []

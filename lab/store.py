@@ -142,6 +142,24 @@ def _fetch_one(db_path: str | Path, kind: str, key: str, column: str = "result_j
     return row
 
 
+def load_result(db_path: str | Path, result_id: str) -> tuple[str, dict, str | None]:
+    """The kind, the JSON and (a run's) requests.csv text of the result stored as ``result_id``, whatever its kind;
+    KeyError naming the id when there is none."""
+    with closing(connect(db_path)) as conn:
+        row = conn.execute("select kind, result_json, requests_csv from results where id = ?",
+                           (result_id,)).fetchone()
+    if row is None:
+        raise KeyError(f"no such run, experiment or sweep: nothing stored as {result_id!r}")  # bound: never a path
+    return row[0], json.loads(row[1]), row[2]
+
+
+def list_stored(db_path: str | Path) -> list[dict]:
+    """Every stored result, newest first: its id, kind, name, start and status (no JSON)."""
+    with closing(connect(db_path)) as conn:
+        rows = conn.execute("select id, kind, name, started_at, status from results order by started_at desc")
+        return [dict(zip(("id", "kind", "name", "started_at", "status"), row, strict=True)) for row in rows]
+
+
 def load_summary(db_path: str | Path, run_id: str) -> dict:
     """The stored summary.json of one run."""
     return json.loads(_fetch_one(db_path, "run", run_id)[0])

@@ -21,6 +21,7 @@ from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
+from lab.report import write_report
 from lab.status import RunStatus
 from lab.store import list_sweeps, load_sweep
 from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
@@ -96,13 +97,14 @@ class SweepHandlers:
         return pd.DataFrame(rows), gr.update(choices=choices)
 
     def show(self, sweep_id: str | None) -> tuple:
-        """A stored sweep's figure, its points, and its sweep.json and sweep.csv to download."""
+        """A stored sweep's figure, its points, and its sweep.json, sweep.csv and report to download."""
         if not sweep_id:
-            return gr.skip(), gr.skip(), None, None
+            return gr.skip(), gr.skip(), None, None, None
         sweep = load_sweep(self.host.db_path, sweep_id)
         paths = write_sweep(sweep, tempfile.mkdtemp(prefix="kvlab-sweep-"))
+        report = write_report(str(paths["json"].parent), paths["json"].parent / f"report-{sweep_id}.html")
         return (sweep_figure(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
-                str(paths["csv"]))
+                str(paths["csv"]), str(report))
 
 
 @dataclass
@@ -119,7 +121,7 @@ class SweepTab:
     points: list  # figure and table, in SweepHandlers.points's order
     stored: list  # table and the dropdown's choices, in SweepHandlers.stored's order
     chosen: gr.Dropdown
-    files: list  # sweep.json and sweep.csv of the chosen one
+    files: list  # sweep.json, sweep.csv and the report of the chosen one
 
 
 def build_sweep_tab(host: Host, ticker: Ticker, guard: Guard) -> SweepTab:
@@ -156,7 +158,8 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     chosen = gr.Dropdown([], label="Show a stored sweep (its figure and points above, its files here)",
                          elem_id="sweep-chosen")
     with gr.Row():
-        files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv")]
+        files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv"),
+                 gr.File(label="report (one HTML file, opens offline)", elem_id="sweep-report")]
     return SweepTab(knob=knob, values=values, form=[knob, values, users, workload, requests, output_len], run=run,
                     cancel=cancel, message=message, progress=progress, points=[figure, table],
                     stored=[stored, chosen], chosen=chosen, files=files)

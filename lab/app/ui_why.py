@@ -1,17 +1,19 @@
 """The "Why" tab: the HF-to-vLLM ratio taken apart (the why ladder, lab.experiments.why), run from the page.
 
-Pure helpers first (the progress line, the factors table), then WhyHandlers over one Host, then the layout
-and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the turns
-measured, and it is stored with the other experiments; the tab lists the stored ladders. As in lab/app/ui_kv.py,
-the page's one gr.Timer writes a cheap change key and the figure, caption and table are redrawn only when it moved.
+Pure helpers first (the progress line; the factors table is lab.plots_why's), then WhyHandlers over one Host, then
+the layout and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the
+turns measured, and it is stored with the other experiments; the tab lists the stored ladders, each with its report
+(lab.report) to download. As in lab/app/ui_kv.py, the page's one gr.Timer writes a cheap change key and the figure,
+caption and table are redrawn only when it moved.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
-import pandas as pd
 
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
@@ -20,7 +22,8 @@ from lab.config import whole
 from lab.experiments import parse_params
 from lab.experiments.why import PRESET_WORDS, PRESETS
 from lab.ladder import RUNGS
-from lab.plots_why import fields_figure, ladder_figure
+from lab.plots_why import factors_table, fields_figure, ladder_figure
+from lab.report import write_report
 from lab.status import RunStatus
 from lab.store import list_experiments
 
@@ -41,15 +44,6 @@ def ladder_progress(result) -> str:
         return NO_LADDER
     preset = result.fields.get("preset", getattr(result.params, "preset", ""))
     return f"Ladder **{preset}** ({result.id}): status {result.status}: {result.message}"
-
-
-def factors_table(fields: dict) -> pd.DataFrame:
-    """Each step: lower -> upper, its factor and the repeats' range, the mechanism, whether it is in the product."""
-    rows = [{"step": f"{f['lower']} → {f['upper']}", "factor": round(f["value"], 2),
-             "repeats": f"{f['low']:.2f}-{f['high']:.2f} (n={f['n']})", "mechanism": f["mechanism"],
-             "in product": "yes" if f["in_product"] else "side"}
-            for f in fields.get("factors", []) + fields.get("sides", [])]
-    return pd.DataFrame(rows, columns=["step", "factor", "repeats", "mechanism", "in product"])
 
 
 # -- handlers ----------------------------------------------------------------------------------------
@@ -103,12 +97,14 @@ class WhyHandlers:
                                    f"{d['status']} ({d['experiment_id']})", d["experiment_id"]) for d in found])
 
     def show_stored(self, experiment_id: str | None) -> tuple:
-        """A stored ladder's figure, caption and factors."""
+        """A stored ladder's figure, caption and factors, and its report to download."""
         data = next((d for d in list_experiments(self.host.db_path, "why") if d["experiment_id"] == experiment_id),
                     None)
         if data is None:
-            return gr.skip(), "No such stored ladder.", gr.skip()
-        return fields_figure(data), data.get("caption", ""), factors_table(data)
+            return gr.skip(), "No such stored ladder.", gr.skip(), None
+        report = Path(tempfile.mkdtemp(prefix="kvlab-why-")) / f"report-{experiment_id}.html"
+        return (fields_figure(data), data.get("caption", ""), factors_table(data),
+                str(write_report(experiment_id, report, self.host.db_path)))
 
 
 # -- layout and wiring -------------------------------------------------------------------------------
@@ -141,13 +137,14 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
         with gr.Row():
             stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
+        report = gr.File(label="The stored ladder's report (one HTML file, opens offline)", elem_id="why-report")
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
     run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs], [message], api_name="start_ladder",
         show_progress="hidden")
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder",
         show_progress="hidden")
     refresh.click(handlers.stored, None, [stored], api_visibility="private")
-    stored.change(handlers.show_stored, [stored], [figure, caption, factors], api_visibility="private")
+    stored.change(handlers.show_stored, [stored], [figure, caption, factors, report], api_visibility="private")
     ticker.add([(handlers.result_key, handlers.result_view, tab.result),
                 (handlers.ended_key, handlers.stored, [stored])])
     return tab

@@ -160,6 +160,15 @@ class ExperimentResult(TaskResult):
                 "engine_args": self.engine_args, "versions": self.versions, **self.fields, "series": self.series}
 
 
+HELD = ("experiment", "experiment_id", "started_at", "ended_at", "status", "error", "params", "model", "device",
+        "engine_args", "versions", "series")  # what every experiment.json holds beside its measured fields
+
+
+def stored_fields(data: dict) -> dict:
+    """The measured fields of an experiment.json dict (the memory plan's ``device`` is one: its device's name)."""
+    return {k: v for k, v in data.items() if k not in HELD or k == "device" and isinstance(v, str)}
+
+
 def new_result(session, name: str, params: Any) -> ExperimentResult:
     """An empty result stamped with the session's model, device, engine args and versions."""
     return ExperimentResult(experiment=name, params=params, model=session.check.model,
