@@ -69,8 +69,8 @@ class Borrowed:
 
 def shared_sessions():
     """One event loop, and one started session per engine set, for every notebook of this module. A learner's
-    notebook starts and stops its own engines; here each set starts once (a vLLM start is 35-50 s of imports on
-    2 cores: CI's time) and is stopped at the module's end."""
+    notebook starts and stops its own engines; here each set starts once (a vLLM start is 13-35 s on 2 cores,
+    mostly imports in a new process: CI's time) and is stopped at the module's end."""
     from lab.notebook import quiet_engines
     from lab.session import LabSession
 
