@@ -95,7 +95,8 @@ def server_env(engine: str, config: EngineConfig, api_key: str | None = None) ->
         from lab.engines import vllm_plugin
         from lab.engines.vllm import one_thread_env
 
-        env.update(one_thread_env(config))
+        for key, value in one_thread_env(config).items():
+            env.setdefault(key, value)
 
         isa = config.vllm_cpu_attention_isa()
         if isa is not None and vllm_plugin.installed():

