@@ -74,13 +74,9 @@ class Offline:
         self.engine, self.budget = None, None
 
     async def start(self) -> None:
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.v1.engine.llm_engine import LLMEngine
+        from lab.engines.vllm_offline import offline_engine
 
-        from lab.engines.vllm import engine_args
-
-        kwargs = vllm_kwargs(self.config, self.model_path, self.budget, stats=False)
-        self.engine = LLMEngine.from_engine_args(engine_args(EngineArgs, kwargs))
+        self.engine = offline_engine(vllm_kwargs(self.config, self.model_path, self.budget, stats=False))
         self.prompts, self.params = _prompts_and_params(self.requests)
         self.warm = _prompts_and_params(self.warmup)
 

@@ -27,13 +27,10 @@ class OfflineVLLM:
 
     async def start(self) -> dict:
         """Start vLLM's LLMEngine (its engine core in a process of its own); returns its engine args."""
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.v1.engine.llm_engine import LLMEngine
-
         kwargs, _ = VLLMEngine(self.config, self.model_path)._prepare()  # the lab's args, environment, block rule
         kwargs["disable_log_stats"] = True
 
-        self.engine = await asyncio.to_thread(LLMEngine.from_engine_args, engine_args(EngineArgs, kwargs))
+        self.engine = await asyncio.to_thread(offline_engine, kwargs)
         self.args = {k: v for k, v in kwargs.items() if k != "model"} | {
             "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running"}
         return self.args
@@ -48,6 +45,14 @@ class OfflineVLLM:
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.to_thread(shut_down, engine.engine_core)
+
+
+def offline_engine(kwargs: dict):
+    """vLLM's LLMEngine on the lab's engine args, its executor kept (lab.engines.vllm.engine_args)."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    return LLMEngine.from_engine_args(engine_args(EngineArgs, kwargs))
 
 
 def generate_all(engine, prompts: list, params: list) -> tuple[int, float]:
