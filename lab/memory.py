@@ -8,6 +8,7 @@ and checks that what is left holds the HF model too. On CPU the same check runs 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from lab.engines.base import DTYPE_BYTES, kv_bytes_per_token
 from lab.engines.vllm import kv_budget_bytes
 from lab.environment import GIB, DeviceInfo, gib
 from lab.load.workloads import longest_request
+from lab.metrics.kv import blocks_for
 
 SLACK_BYTES = GIB // 2  # activations, CUDA context, allocator rounding
 
@@ -55,6 +57,16 @@ def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
         return None
 
 
+def check_model_len(config: EngineConfig, model_path: str) -> None:
+    """The model's own limit on max_model_len (max_position_embeddings in a local folder's config.json), before
+    anything loads: vLLM refuses a longer one at start, HF would compute positions it was never trained on."""
+    config_file = Path(model_path) / "config.json"
+    limit = json.loads(config_file.read_text()).get("max_position_embeddings") if config_file.is_file() else None
+    if isinstance(limit, int) and config.max_model_len > limit:
+        raise ValueError(f"max_model_len={config.max_model_len} is longer than this model's {limit} tokens "
+                         f"(max_position_embeddings in its config.json): use max_model_len <= {limit}")
+
+
 def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ...],
                 weights_bytes: int | None, kv_per_token: int | None) -> MemoryPlan:
     """Check that the chosen engines fit, before anything loads.
@@ -82,6 +94,7 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
         if kv is not None:
             vllm_bytes = int(kv + weights)
             kv_tokens = int(kv // kv_per_token) if kv_per_token else None
+            check_pool_holds_one(config, kv, kv_per_token)
             notes.append(f"vLLM: {gib(kv)} of KV cache + {gib(weights)} of weights")
         else:
             vllm_bytes = int(config.gpu_memory_utilization * device.total_bytes)
@@ -130,6 +143,24 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                        kv_per_token) \
         if "hf-cb" in engines else None
     return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv, hf_cb)
+
+
+def least_blocks(config: EngineConfig) -> int:
+    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block (vLLM
+    keeps one block aside)."""
+    return blocks_for(config.max_model_len, config.resolved_block_size()) + 1
+
+
+def check_pool_holds_one(config: EngineConfig, kv: int, kv_per_token: int | None) -> None:
+    """vLLM's start-up rule, before it loads: its pool must hold least_blocks(config)."""
+    block_bytes = (kv_per_token or 0) * config.resolved_block_size()
+    if block_bytes and kv // block_bytes < least_blocks(config):
+        need = math.ceil(least_blocks(config) * block_bytes / GIB * 1000) / 1000
+        given = f"kv_cache_gib={kv / GIB:g}" + ("" if config.kv_cache_gib is not None else " (the default)")
+        raise ValueError(f"{given} holds {kv // block_bytes} blocks of block_size={config.resolved_block_size()} "
+                         f"tokens, fewer than one request of max_model_len={config.max_model_len} needs with vLLM's "
+                         f"null block ({least_blocks(config)}): use kv_cache_gib >= {need:g}, or a smaller "
+                         f"max_model_len or block_size")
 
 
 def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int, notes: list[str],

@@ -603,6 +603,37 @@ def blocks_answer(points: list[dict], users: str) -> list[str]:
     return lines
 
 
+def pool_answer(points: list[dict], users: str, unit: str = " GiB") -> list[str]:
+    """A sweep that sizes vLLM's pool (KV budget, memory share): where the peak filled the pool and where vLLM
+    began to preempt, and what the smallest pool cost in tok/s and TTFT against the largest (measured)."""
+    points = [p | {"value": f"{p['value']}{unit}"} for p in sorted(points, key=lambda p: p["kv_total_blocks"])]
+    full = [p for p in points if p[f"kv_peak_used_blocks@{users}"] >= p["kv_total_blocks"]]
+    held = ", ".join(f"{p[f'kv_peak_used_blocks@{users}']:,} of {p['kv_total_blocks']:,}" for p in points)
+    lines = [f"Peak blocks used of the pool at {users} users: {held} (measured)."]
+    preempted = [p for p in points if p.get(f"preemptions@{users}")]
+    above = [p for p in points if full and p["kv_total_blocks"] > full[-1]["kv_total_blocks"]]
+    if not full:
+        lines.append("No pool filled: every budget held this load's peak, so the budget cost nothing here.")
+    elif not above:
+        lines.append("The largest pool filled too: every budget here was short of this load's peak; a larger one "
+                     "shows where it stops mattering.")
+    else:
+        lines.append(f"The pool filled up to {full[-1]['value']}; from {above[0]['value']} it had room: this load's "
+                     f"peak used {above[0][f'kv_peak_used_blocks@{users}']:,} blocks.")
+    if preempted:
+        counts = ", ".join(f"{p[f'preemptions@{users}']} at {p['value']}" for p in preempted)
+        free = [p for p in points if f"preemptions@{users}" in p and not p[f"preemptions@{users}"]]
+        lines.append(f"vLLM preempted running requests ({counts}): a full pool made it free a request's blocks and "
+                     "recompute it later" + (f"; none from {free[0]['value']} up." if free else "; at every budget."))
+    elif full and all(f"preemptions@{users}" in p for p in points):
+        lines.append("No preemption at any budget: a full pool only kept new requests waiting for blocks.")
+    small, large = points[0], points[-1]
+    ttft = [p[f"ttft_p50_s@{users}"] for p in (small, large)]
+    lines.append(f"The smallest pool made {tok_s_words(small, users)} against {tok_s_words(large, users)}, TTFT p50 "
+                 f"{ttft[0]:.2f} s against {ttft[1]:.2f} s (measured).")
+    return lines
+
+
 def fanout_answer(separate: dict) -> str:
     """Whether four separate requests of one prompt found its blocks in the prefix cache (measured)."""
     hit = separate["prefix_hit_tokens"]
@@ -771,7 +802,9 @@ EXPERIMENT_ANSWERS = {  # experiment -> (its fields, its params) -> lines; every
     "memory": lambda f, p: plan_lines(f),  # a stored plan keeps its device's name, not its kind: no budget_line
     "why": lambda f, p: [line.removeprefix("- ") for line in why_caption(f).splitlines()],
 }
-SWEEP_ANSWERS = {"hf_max_batch_size": batch_answer, "block_size": blocks_answer}  # knob -> (points, users) -> lines
+SWEEP_ANSWERS = {  # knob -> (points, users) -> lines
+    "hf_max_batch_size": batch_answer, "block_size": blocks_answer, "kv_cache_gib": pool_answer,
+    "gpu_memory_utilization": lambda points, users: pool_answer(points, users, " of the card")}
 
 
 def experiment_answer(name: str, fields: dict, params: dict) -> list[str]:

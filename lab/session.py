@@ -33,7 +33,7 @@ from lab.engines import create_engine, registry
 from lab.engines.base import Engine, EngineInfo
 from lab.environment import read_device, versions
 from lab.load.driver import complete_ids
-from lab.memory import MemoryPlan, model_kv_bytes_per_token, plan_memory
+from lab.memory import MemoryPlan, check_model_len, model_kv_bytes_per_token, plan_memory
 from lab.model import model_label, resolve_model, weights_bytes
 from lab.runs import Observer, RunResult, execute
 
@@ -66,6 +66,7 @@ def check_session(config: EngineConfig, engines: Sequence[str], held_bytes: int 
         ValueError: missing model path, bad block size, memory that cannot fit.
     """
     model_path = resolve_model(config.model)
+    check_model_len(config, model_path)
     device = config.resolved_device()
     if registry.with_pool(engines):
         config.check_block_size()

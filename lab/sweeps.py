@@ -244,8 +244,8 @@ async def measure_point(session, plan: SweepPlan, config: EngineConfig, result: 
 
 
 def _level_figures(levels: list, users: int, engine: str) -> dict:
-    """One user level of a point: the median over its repeats of tok/s, TTFT and TPOT p50, the peak KV, and with
-    several repeats tok/s's spread."""
+    """One user level of a point: the median over its repeats of tok/s, TTFT and TPOT p50, the peak KV, vLLM's
+    preemptions over the repeats, and with several repeats tok/s's spread."""
     def median(values) -> float | None:
         found = [v for v in values if v is not None]
         return statistics.median(found) if found else None
@@ -257,6 +257,8 @@ def _level_figures(levels: list, users: int, engine: str) -> dict:
     key, field = (("kv_peak_used_blocks", "peak_used_blocks") if engine == "vllm" else
                   ("kv_peak_reserved_bytes", "peak_reserved_bytes"))
     figures[f"{key}@{users}"] = max((v for lvl in levels if (v := lvl.kv.get(field)) is not None), default=None)
+    if engine == "vllm":
+        figures[f"preemptions@{users}"] = sum(lvl.kv.get("preemptions") or 0 for lvl in levels)
     if len(levels) > 1:
         figures[f"output_tok_s_spread@{users}"] = {"low": min(tok_s), "high": max(tok_s), "n": len(tok_s)}
     return figures

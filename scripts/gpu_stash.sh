@@ -4,7 +4,7 @@
 mkdir -p "$out" /tmp/gg-parts
 [ -f .gpu-pack/c1/part1.sh ] && [ ! -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] && bash .gpu-pack/c1/part1.sh
 for p in .gpu-pack/gguf-*/part-*; do [ -f "$p" ] && cp "$p" /tmp/gg-parts/; done
-[ -d .gpu-pack/model8b ] && mkdir -p /tmp/model8b && cp -r .gpu-pack/model8b/. /tmp/model8b/
+for m in model8b model135m; do [ -d .gpu-pack/$m ] && mkdir -p /tmp/$m && cp -r .gpu-pack/$m/. /tmp/$m/; done
 if [ -f .gpu-pack/c2/part2.sh ]; then
   # shellcheck disable=SC1091
   source .gpu-pack/c2/part2.sh || exit 3

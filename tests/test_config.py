@@ -76,6 +76,24 @@ def test_memory_plan_leaves_room_for_hf():
         plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.1), gpu(), ("vllm",), 16 * GIB, None)
 
 
+def test_a_kv_budget_must_hold_one_request_of_max_model_len():
+    # vLLM refuses to start on a smaller pool, after its imports: the lab says so before anything loads
+    with pytest.raises(ValueError, match=r"kv_cache_gib=0.01 holds 29 blocks of block_size=16 tokens, fewer than one "
+                                         r"request of max_model_len=2048 needs .* \(129\): use kv_cache_gib >= 0.045"):
+        plan_memory(EngineConfig(device="cuda", kv_cache_gib=0.01), gpu(), ("vllm",), GIB, 23040)
+    plan = plan_memory(EngineConfig(device="cuda", kv_cache_gib=0.05), gpu(), ("vllm",), GIB, 23040)
+    assert plan.vllm_kv_tokens == 2330
+
+
+def test_max_model_len_stays_within_the_models_own(tmp_path):
+    from lab.memory import check_model_len
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
+    with pytest.raises(ValueError, match="max_model_len=100000 is longer than this model's 8192 tokens.*<= 8192"):
+        check_model_len(EngineConfig(max_model_len=100000), str(tmp_path))
+    check_model_len(EngineConfig(max_model_len=8192), str(tmp_path))
+
+
 def test_memory_plan_counts_hf_continuous_batching_apart():
     cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
     per_token = 23040  # SmolLM2-135M in bf16

@@ -1,6 +1,11 @@
 """The notebooks' load-test sentences on recorded runs that disagree: each claim follows that run's numbers."""
 
+import json
+from pathlib import Path
+
 from lab.sentences import levels_answer, load_facts, moved, padding_words, runs_answer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(engine, users, repeat, tok_s, tpot_ms, ttft_ms):
@@ -251,6 +256,24 @@ def test_sweep_answers_say_when_the_repeats_overlap():
               point(128, 33, 32, 34, kv_total_blocks=91, kv_block_size=128)]
     said = " ".join(blocks_answer(blocks, "4"))
     assert "182 of 64 tokens, 91 of 128 tokens" in said and "same tokens" in said and "128 tokens were fastest" in said
+
+
+# Two recorded KV-budget sweeps on an H100 (docs/results/h100-speed, 64 users x 2 requests of `mixed`): the 135M
+# shape's, whose small pools filled and preempted, and the roomy end of the first 8B sweep, where no pool filled.
+def recorded_sweep(name: str) -> dict:
+    return json.loads((ROOT / "docs/results/h100-speed" / name / "sweep.json").read_text())
+
+
+def test_the_pool_sweep_says_where_the_pool_filled_and_preemption_began():
+    from lab.sentences import sweep_answer
+
+    tight = " ".join(sweep_answer(recorded_sweep("135m-kvsweep")))
+    roomy = recorded_sweep("first-sweeps/8b-kvsweep")
+    roomy["points"] = [p for p in roomy["points"] if p["value"] >= 3]
+    said = " ".join(sweep_answer(roomy))
+    assert "filled up to 0.3 GiB; from 0.7 GiB it had room" in tight and "peak used 1,426 blocks" in tight
+    assert "(54 at 0.1 GiB, 46 at 0.3 GiB)" in tight and "none from 0.7 GiB up" in tight
+    assert "No pool filled" in said and "preempted" not in said and "1,446 of 1,536, 1,446 of 2,304" in said
 
 
 # Two recorded prefix runs on this CPU (4 requests, 1 user, blocks of 128): 384 shared tokens in 3 turns, where the

@@ -16,8 +16,8 @@ from lab.config import LoadConfig
 from lab.engines import create_engine
 from lab.load.driver import run_users
 from lab.load.workloads import longest_request, make_requests
+from lab.memory import least_blocks
 from lab.metrics import summarize
-from lab.metrics.kv import blocks_for
 
 MODE = ("recompute: vLLM v1 frees a preempted request's blocks and recomputes its prompt and output so "
         "far when it is scheduled again (no swapping to CPU memory in this version)")
@@ -63,12 +63,6 @@ def check(params: Params, config) -> None:
         raise ValueError(f"output_len {output}: the {params.workload!r} workload's longest request ({prompt} + "
                          f"{output} tokens) is past max_model_len {config.max_model_len}: give output_len at most "
                          f"{max(1, config.max_model_len - prompt)}")
-
-
-def least_blocks(config) -> int:
-    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block (vLLM
-    keeps one block aside)."""
-    return blocks_for(config.max_model_len, config.resolved_block_size()) + 1
 
 
 async def run(session, params: Params, result, notify) -> None:
