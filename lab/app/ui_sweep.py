@@ -22,6 +22,7 @@ from lab.app.ui_timer import Ticker
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.report import write_report
+from lab.sentences import sweep_answer
 from lab.status import RunStatus
 from lab.store import list_sweeps, load_sweep
 from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
@@ -79,11 +80,12 @@ class SweepHandlers:
         return line
 
     def points(self) -> tuple:
-        """The figure and one row per finished value."""
+        """The figure, what the points show (computed from them), and one row per finished value."""
         sweep = self.host.sweep
         if sweep is None:
-            return gr.skip(), gr.skip()
-        return sweep_figure(sweep.to_dict()), pd.DataFrame(sweep.points).round(3)
+            return gr.skip(), gr.skip(), gr.skip()
+        data = sweep.to_dict()
+        return sweep_figure(data), answer_text(data), pd.DataFrame(sweep.points).round(3)
 
     def stored(self) -> tuple:
         """Stored sweeps, newest first (id, start, knob, status, values, how many finished), and the choices
@@ -99,12 +101,17 @@ class SweepHandlers:
     def show(self, sweep_id: str | None) -> tuple:
         """A stored sweep's figure, its points, and its sweep.json, sweep.csv and report to download."""
         if not sweep_id:
-            return gr.skip(), gr.skip(), None, None, None
+            return gr.skip(), gr.skip(), gr.skip(), None, None, None
         sweep = load_sweep(self.host.db_path, sweep_id)
         paths = write_sweep(sweep, tempfile.mkdtemp(prefix="kvlab-sweep-"))
         report = write_report(str(paths["json"].parent), paths["json"].parent / f"report-{sweep_id}.html")
-        return (sweep_figure(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
+        return (sweep_figure(sweep), answer_text(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
                 str(paths["csv"]), str(report))
+
+
+def answer_text(sweep: dict) -> str:
+    """What the lab says about the sweep's points (lab.sentences.sweep_answer), as a list; empty while it has none."""
+    return "\n".join(f"- {line}" for line in sweep_answer(sweep))
 
 
 @dataclass
@@ -118,7 +125,7 @@ class SweepTab:
     cancel: gr.Button
     message: gr.Markdown
     progress: gr.Markdown
-    points: list  # figure and table, in SweepHandlers.points's order
+    points: list  # figure, answer and table, in SweepHandlers.points's order
     stored: list  # table and the dropdown's choices, in SweepHandlers.stored's order
     chosen: gr.Dropdown
     files: list  # sweep.json, sweep.csv and the report of the chosen one
@@ -152,6 +159,7 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
     figure = gr.Plot(sweep_figure({}), label="Measured against the knob", elem_id="sweep-figure")
+    answer = gr.Markdown(elem_id="sweep-answer")
     table = gr.Dataframe(label="One row per finished value (as sweep.csv)", elem_id="sweep-points")
     stored = gr.Dataframe(label="Stored sweeps (kept as each value finishes, partial ones too)",
                           elem_id="sweep-stored")
@@ -161,7 +169,7 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
         files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv"),
                  gr.File(label="report (one HTML file, opens offline)", elem_id="sweep-report")]
     return SweepTab(knob=knob, values=values, form=[knob, values, users, workload, requests, output_len], run=run,
-                    cancel=cancel, message=message, progress=progress, points=[figure, table],
+                    cancel=cancel, message=message, progress=progress, points=[figure, answer, table],
                     stored=[stored, chosen], chosen=chosen, files=files)
 
 
