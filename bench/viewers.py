@@ -1,10 +1,11 @@
 """What do watching pages cost the server? N viewers simulated at the protocol level beside a short real run.
 
 Starts app.py on 127.0.0.1 (the engines and engine options given) and, for each viewer count, a viewer process
-pinned to one CPU (--viewer-cpu) that holds N page sessions and does what each page's JavaScript does, with no
-browser: every second it joins each gr.Timer's tick (queued: POST /gradio_api/queue/join, answered on the
-session's stream /gradio_api/queue/data) and, for every State the tick changed, calls that State's change
-events (POST /gradio_api/run/predict): the redraws, figures included. Once the viewers watch, the bench runs the
+pinned to the last CPU (or --viewer-cpus of them on the last CPUs, the sessions shared out) that holds N page
+sessions and does what each page's JavaScript does, with no browser: every second it joins each gr.Timer's tick
+(queued: POST /gradio_api/queue/join, answered on the session's stream /gradio_api/queue/data) and, for every
+State the tick changed, calls that State's change events (POST /gradio_api/run/predict): the redraws, figures
+included. Once the viewers watch, the bench runs the
 plan through /run_and_wait (each level --repeats times) and meters, over the run, the CPU seconds of the app's
 page process (what viewers cost) and of its engine host process with vLLM's processes (what the run costs),
 per minute of wall time. While the run goes it opens --new-pages fresh sessions, one after another, and times
@@ -12,7 +13,7 @@ each one's status line: from GET / to the answer of the status line's redraw (lo
 Prints one row per viewer count and whether the top count's tok/s lies in the lowest count's repeat spread.
 
 Usage: python -m bench.viewers [--viewers 1,10,50] [--engines hf,vllm] [--users 1,4] [--output-len 32]
-       [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpu -1] [--out DIR] [engine options]
+       [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpus 1] [--out DIR] [engine options]
        python -m bench.viewers --simulate URL --sessions N --report FILE   (the viewer process itself)
 """
 
@@ -155,16 +156,32 @@ def engines_cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def viewers(url: str, count: int, cpu: int, out: Path):
-    """A viewer process holding ``count`` sessions on CPU ``cpu``; yields the path its counts land in."""
-    report = out / f"viewers-{count}.json"
-    proc = subprocess.Popen([sys.executable, "-m", "bench.viewers", "--simulate", url, "--sessions", str(count),
-                             "--report", str(report)], preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+def viewers(url: str, count: int, cpus: list[int], out: Path):
+    """Viewer processes holding ``count`` sessions between them, one on each of ``cpus``; yields the paths their
+    counts land in."""
+    shares = [share for i in range(len(cpus)) if (share := count // len(cpus) + (i < count % len(cpus)))]
+    reports = [out / f"viewers-{count}-{i}.json" for i in range(len(shares))]
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.viewers", "--simulate", url, "--sessions", str(share),
+                               "--report", str(report)], preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}))
+             for cpu, share, report in zip(cpus[:len(shares)], shares, reports, strict=True)]
     try:
-        yield report
+        yield reports
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(60)
+
+
+def merged_counts(reports: list[Path]) -> dict:
+    """The viewer processes' counts as one: ticks per page per second over every session, CPU summed."""
+    found = [json.loads(report.read_text()) for report in reports if report.exists()]
+    if not found:
+        return {}
+    sessions = sum(each["sessions"] for each in found)
+    return {"sessions": sessions, "processes": len(found),
+            **{key: sum(each[key] for each in found) for key in ("ticks", "redraws", "errors", "cpu_s_per_min")},
+            "ticks_per_s_per_page": sum(e["ticks_per_s_per_page"] * e["sessions"] for e in found) / sessions}
 
 
 def timed_new_pages(url: str, count: int, found: list) -> None:
@@ -182,7 +199,7 @@ def timed_new_pages(url: str, count: int, found: list) -> None:
 
 def one_count(count: int, url: str, client, meters: dict, args) -> dict:
     """The plan run once with ``count`` viewers watching: tok/s, CPU per minute, new pages' status seconds."""
-    with viewers(url, count, args.viewer_cpu, Path(args.out)) as report:
+    with viewers(url, count, args.viewer_cpus, Path(args.out)) as reports:
         time.sleep(args.watch_s)
         cpu, began, opened = {name: meter() for name, meter in meters.items()}, time.monotonic(), []
         pager = threading.Thread(target=timed_new_pages, args=(url, args.new_pages, opened), daemon=True)
@@ -194,7 +211,7 @@ def one_count(count: int, url: str, client, meters: dict, args) -> dict:
         pager.join(120)
     if summary.get("error"):
         raise RuntimeError(summary["error"])
-    counts = json.loads(report.read_text()) if report.exists() else {}
+    counts = merged_counts(reports)
     return {"viewers": count, "wall_s": wall, "runs": summary["runs"], "new_page_s": opened, "counts": counts,
             **{f"{name}_cpu_s_per_min": 60 * used[name] / wall for name in used}}
 
@@ -256,7 +273,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--watch-s", type=float, default=8.0, help="viewers watch this long before the run")
     parser.add_argument("--new-pages", type=int, default=3, help="fresh pages timed during each run")
-    parser.add_argument("--viewer-cpu", type=int, default=-1, help="the CPU the viewer process runs on (-1: last)")
+    parser.add_argument("--viewer-cpus", type=int, default=1, help="viewer processes, one on each of the last this "
+                        "many CPUs (one process's CPU bounds how many ticks it sends: ticks/s/pg says)")
     parser.add_argument("--ready-timeout-s", type=float, default=600.0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--simulate", default=None, metavar="URL", help=argparse.SUPPRESS)
@@ -267,7 +285,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.viewers = [int(v) for v in args.viewers.split(",")]
     if min(args.viewers) < 1:
         parser.error(f"--viewers: each count must be >= 1, not {min(args.viewers)}")
-    args.viewer_cpu = sorted(os.sched_getaffinity(0))[args.viewer_cpu]
+    args.viewer_cpus = sorted(os.sched_getaffinity(0))[-max(1, args.viewer_cpus):]
     args.out = args.out or tempfile.mkdtemp(prefix="kvlab-viewers-")
     everything = set(os.sched_getaffinity(0))
     args.cpus = (everything, everything)  # the app and this bench share every CPU (the viewers: one of them)

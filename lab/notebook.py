@@ -9,7 +9,11 @@ lab.metrics, lab.experiments and lab.sweeps, the same the dashboard and the CLI 
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from lab.config import EngineConfig
 from lab.session import LabSession
@@ -89,3 +93,33 @@ async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) 
 def verdicts(session: LabSession) -> list[str]:
     """How the engines agree (the start-up check), or why there was nothing to check."""
     return session.agreement.verdicts() if session.agreement else ["one engine loaded: nothing to compare"]
+
+
+# -- running a notebook without Jupyter (its tests, bench.notebook_times) ----------------------------------------
+def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name: str):
+    """Execute one cell as a kernel with top-level await would; returns the value of its last line when that is an
+    expression (what Jupyter shows)."""
+    tree = ast.parse(source)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    value = None
+    for part, mode in ((tree, "exec"), (ast.Expression(last.value) if last else None, "eval")):
+        if part is None:
+            continue
+        code = compile(part, name, mode, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        value = eval(code, namespace)
+        if asyncio.iscoroutine(value):
+            value = loop.run_until_complete(value)
+    return value
+
+
+def run_notebook(path: Path, loop: asyncio.AbstractEventLoop, namespace: dict | None = None) -> tuple[dict, list]:
+    """Run every code cell on ``loop`` in one namespace (``namespace``, if given, which keeps what the cells made
+    should one fail); returns the namespace and the values of the answer cells."""
+    namespace = {} if namespace is None else namespace
+    answers = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            value = run_cell("".join(cell["source"]), namespace, loop, path.name)
+            if "answer" in cell["metadata"].get("tags", []):
+                answers.append(value)
+    return namespace, answers

@@ -7,7 +7,8 @@
 # its packages' two parts (.gpu-dash/p2/site.tar.xz.aa, .gpu-dash/p3/site.tar.xz.ab), carried by stash calls.
 #   bash scripts/gpu_speed.sh OUT stash             # carry .gpu-pack/c1 (and the site's small part), then the big part
 #   bash scripts/gpu_speed.sh OUT 135m|8b JOBS      # the first such call carries .gpu-pack/c2 and the model folders
-# JOBS: comma list of trace, kvsweep, viewers. Env: ROUNDS (6), FACES (offline,engine,served), KV_VALUES,
+# JOBS: comma list of trace, kvsweep, viewers, notebooks (each guided notebook's time: the GPU track).
+# Env: ROUNDS (6), FACES (offline,engine,served), KV_VALUES,
 # DEADLINE_S (570).
 set -uo pipefail
 out=${1:?usage: gpu_speed.sh OUT stash|135m|8b [JOBS]}; part=${2:?}; jobs=${3:-trace}
@@ -25,12 +26,13 @@ for job in ${jobs//,/ }; do
                 --rounds "${ROUNDS:-6}" --faces "${FACES:-offline,engine,served}" --trace --kv-cache-gib 8) ;;
     kvsweep) cmd=(python3 -m lab sweep kv_cache_gib --values "${KV_VALUES:-0.1,0.25,0.4,0.6,1}" --users 64
                   --workload mixed --requests-per-user 2 "${model[@]}" --out "$out/$tag") ;;
+    notebooks) cmd=(python3 -m bench.notebook_times --model "/tmp/model$part" --load-format dummy) ;;
     viewers) if [ ! -d /tmp/dash/gradio ]; then  # after the image's own packages, as gpu_dashboard.sh does
                mkdir -p /tmp/dash && cat /tmp/gpu-dash/site.tar.xz.* | xz -dc | tar -C /tmp/dash -xf - || exit 3
                echo /tmp/dash > "$(python3 -c "import site; print(site.getsitepackages()[0])")/zz-kvlab-dash.pth"
              fi
              cmd=(python3 -m bench.viewers --viewers 1,10,50 --engines hf,vllm --users 1,8 --output-len 32
-                  --requests-per-user 2 --repeats 3 "${model[@]}" --out "$out/$tag") ;;
+                  --requests-per-user 2 --repeats 3 --viewer-cpus 4 "${model[@]}" --out "$out/$tag") ;;
   esac
   timeout "$left" "${cmd[@]}" > "$out/$tag.txt" 2> "$out/$tag.log"
   echo "== $tag rc=$?"; tail -25 "$out/$tag.txt"; grep -E "Error|error:" "$out/$tag.log" | tail -3

@@ -4,7 +4,6 @@ kernel with top-level await would), each in the shape the learner follows, every
 This file runs the notebooks of HALF; tests/test_notebooks_more.py runs the rest with the checks here, so that
 CI's two workers (one file each) share the ~12 minutes they take."""
 
-import ast
 import asyncio
 import json
 from pathlib import Path
@@ -14,40 +13,13 @@ import pytest
 from lab.config import EngineConfig
 from lab.experiments.cache import growth
 from lab.ladder import largest
-from lab.notebook import Answer
+from lab.notebook import Answer, run_notebook
 from lab.sentences import ENGINE_LABELS, gain_words
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 SHAPE = ("What you will learn", "Predict", "Explain", "Exercise")
 HALF = ("02", "03", "05")  # about half of the ~13 minutes they take on 2 cores (the other file: 01, 04, 06, 07)
-
-
-def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name: str):
-    """Execute one cell; returns the value of its last line when that is an expression (what Jupyter shows)."""
-    tree = ast.parse(source)
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    value = None
-    for part, mode in ((tree, "exec"), (ast.Expression(last.value) if last else None, "eval")):
-        if part is None:
-            continue
-        code = compile(part, name, mode, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        value = eval(code, namespace)
-        if asyncio.iscoroutine(value):
-            value = loop.run_until_complete(value)
-    return value
-
-
-def run_notebook(path: Path, loop: asyncio.AbstractEventLoop) -> tuple[dict, list]:
-    """Run every code cell on ``loop``; returns the namespace and the values of the answer cells."""
-    namespace: dict = {}
-    answers = []
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell["cell_type"] == "code":
-            value = run_cell("".join(cell["source"]), namespace, loop, path.name)
-            if "answer" in cell["metadata"].get("tags", []):
-                answers.append(value)
-    return namespace, answers
 
 
 class Borrowed:
