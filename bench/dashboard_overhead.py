@@ -261,9 +261,9 @@ def cli_run(args, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "cli.log", "w") as log:
         engines_cpus, _ = args.cpus
+        lengths = ["--output-len", str(args.output_len)] if args.output_len else []  # 0: the workload's own
         subprocess.run([sys.executable, "-m", "lab", "bench", "--engines", args.engines, "--users", args.users,
-                        "--workload", args.workload, "--output-len", str(args.output_len),
-                        "--requests-per-user", str(args.requests_per_user),
+                        "--workload", args.workload, *lengths, "--requests-per-user", str(args.requests_per_user),
                         "--repeats", str(args.repeats),
                         "--out", str(out), *engine_argv(args)], check=True, stdout=log, stderr=subprocess.STDOUT,
                        preexec_fn=lambda: os.sched_setaffinity(0, engines_cpus))
@@ -274,7 +274,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", default="1,5,10")
     parser.add_argument("--requests-per-user", type=int, default=2)
-    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=32, help="0: the workload's own lengths")
     parser.add_argument("--workload", default="mixed")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1,
