@@ -1,9 +1,10 @@
-"""How long each guided notebook takes as a learner runs it: its code cells top to bottom (lab.notebook.run_notebook),
-each notebook starting and stopping its own engines, as in Jupyter. For docs/workshop.md's tracks (CPU and GPU).
+"""How long each guided notebook takes as a learner runs it: a fresh Python process per notebook, as a fresh Jupyter
+kernel is, running its code cells top to bottom (lab.notebook.run_notebook), imports and engine starts included.
+For docs/workshop.md's tracks (CPU and GPU).
 
 --model and --load-format reach every session the notebooks start: on a GPU without the embedded model's weights, a
-config folder with random weights gives the same timings (not the same text). A notebook that fails is timed to its
-failure and said so; its engines are stopped and the next one runs.
+config folder with random weights gives the same timings where the cells ask exact lengths (not the same text). A
+notebook that fails is timed to its failure and said so; the next one runs.
 Usage: python -m bench.notebook_times [--notebooks 01,02,...] [--model FOLDER] [--load-format dummy]
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,19 +30,28 @@ def with_model(start, model: str | None, load_format: str | None):
     return start_session
 
 
-def time_one(path: Path, loop: asyncio.AbstractEventLoop) -> tuple[float, str]:
-    """(seconds, "ok" or why it failed); a failed notebook's engines are stopped."""
-    from lab.notebook import run_notebook
+def inside(path: Path, args) -> None:
+    """The child: run one notebook; a failure stops its engines and exits 1 with the reason."""
+    import lab.notebook
 
-    namespace, began = {}, time.perf_counter()
+    lab.notebook.start_session = with_model(lab.notebook.start_session, args.model, args.load_format)
+    loop, namespace = asyncio.new_event_loop(), {}
     try:
-        run_notebook(path, loop, namespace)
-        return time.perf_counter() - began, "ok"
-    except Exception as exc:  # noqa: BLE001 - the next notebook still runs
-        seconds = time.perf_counter() - began
+        lab.notebook.run_notebook(path, loop, namespace)
+    except Exception as exc:  # noqa: BLE001 - said, then the parent goes on
         if getattr(namespace.get("session"), "engines", None):
             loop.run_until_complete(namespace["session"].stop())
-        return seconds, f"failed: {type(exc).__name__}: {exc}"
+        sys.exit(f"failed: {type(exc).__name__}: {exc}")
+
+
+def time_one(path: Path, args) -> tuple[float, str]:
+    """(seconds of the child's whole life, "ok" or its last words)."""
+    extra = [f"--{flag}={value}" for flag, value in (("model", args.model), ("load-format", args.load_format)) if value]
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "bench.notebook_times", "--inside", str(path), *extra],
+                          capture_output=True, text=True)
+    said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return time.perf_counter() - began, "ok" if done.returncode == 0 else said
 
 
 def main() -> None:
@@ -47,19 +59,19 @@ def main() -> None:
     parser.add_argument("--notebooks", default="", help="comma list of numbers (default: every notebook)")
     parser.add_argument("--model", default=None)
     parser.add_argument("--load-format", default=None, choices=("auto", "dummy"))
+    parser.add_argument("--inside", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    chosen = [p for p in sorted(NOTEBOOKS.glob("*.ipynb")) if not args.notebooks or p.stem[:2] in args.notebooks]
-    import lab.notebook
+    if args.inside:
+        return inside(Path(args.inside), args)
     from lab.config import EngineConfig
     from lab.environment import read_device
 
     device = EngineConfig().resolved_device()
-    lab.notebook.start_session = with_model(lab.notebook.start_session, args.model, args.load_format)
     print(f"{read_device(device).name} ({device}), model {args.model or 'embedded'}"
-          f"{', random weights' if args.load_format == 'dummy' else ''}", flush=True)
-    loop, total = asyncio.new_event_loop(), 0.0
-    for path in chosen:
-        seconds, status = time_one(path, loop)
+          f"{', random weights' if args.load_format == 'dummy' else ''}; each notebook in a fresh process", flush=True)
+    total = 0.0
+    for path in (p for p in sorted(NOTEBOOKS.glob("*.ipynb")) if not args.notebooks or p.stem[:2] in args.notebooks):
+        seconds, status = time_one(path, args)
         total += seconds
         print(f"{path.name:<28} {seconds:>7.1f} s  {status}", flush=True)
     print(f"{'all':<28} {total:>7.1f} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,22 +47,33 @@ class MemoryPlan:
         }
 
 
+def local_config(model_path: str) -> dict:
+    """A local folder's config.json (its text model's part where it has one); empty for hub ids and unreadable
+    files, whose checks then fall to the engines."""
+    config_file = Path(model_path) / "config.json"
+    try:
+        found = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return found.get("text_config", found) if isinstance(found, dict) else {}
+
+
 def model_kv_bytes_per_token(model_path: str, dtype: str) -> int | None:
     """Bytes of KV per token from a local folder's config.json (None for hub ids)."""
-    config_file = Path(model_path) / "config.json"
-    if not config_file.is_file():
-        return None
     try:
-        return kv_bytes_per_token(json.loads(config_file.read_text()), dtype)
+        return kv_bytes_per_token(local_config(model_path), dtype)
     except (TypeError, KeyError):  # a config without the usual attention fields
         return None
 
 
 def check_model_len(config: EngineConfig, model_path: str) -> None:
     """The model's own limit on max_model_len (max_position_embeddings in a local folder's config.json), before
-    anything loads: vLLM refuses a longer one at start, HF would compute positions it was never trained on."""
-    config_file = Path(model_path) / "config.json"
-    limit = json.loads(config_file.read_text()).get("max_position_embeddings") if config_file.is_file() else None
+    anything loads: vLLM refuses a longer one at start, HF would compute positions it was never trained on. A
+    config that scales its positions (rope_scaling) or vLLM told to allow a longer one is left to vLLM's rule."""
+    found = local_config(model_path)
+    limit = found.get("max_position_embeddings")
+    if found.get("rope_scaling") or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return
     if isinstance(limit, int) and config.max_model_len > limit:
         raise ValueError(f"max_model_len={config.max_model_len} is longer than this model's {limit} tokens "
                          f"(max_position_embeddings in its config.json): use max_model_len <= {limit}")

@@ -604,29 +604,31 @@ def blocks_answer(points: list[dict], users: str) -> list[str]:
 
 
 def pool_answer(points: list[dict], users: str, unit: str = " GiB") -> list[str]:
-    """A sweep that sizes vLLM's pool (KV budget, memory share): where the peak filled the pool and where vLLM
-    began to preempt, and what the smallest pool cost in tok/s and TTFT against the largest (measured)."""
+    """A sweep that sizes vLLM's pool (KV budget, memory share): where the pool filled (its peak read full, or vLLM
+    preempted) and where preemption stopped, and what the smallest pool cost in tok/s and TTFT against the largest
+    (measured; a point whose preemption counter was never read is left out of those words)."""
     points = [p | {"value": f"{p['value']}{unit}"} for p in sorted(points, key=lambda p: p["kv_total_blocks"])]
-    full = [p for p in points if p[f"kv_peak_used_blocks@{users}"] >= p["kv_total_blocks"]]
+    key = f"preemptions@{users}"
+    preempted = [p for p in points if p.get(key)]
+    full = [p for p in points if p[f"kv_peak_used_blocks@{users}"] >= p["kv_total_blocks"] or p in preempted]
     held = ", ".join(f"{p[f'kv_peak_used_blocks@{users}']:,} of {p['kv_total_blocks']:,}" for p in points)
     lines = [f"Peak blocks used of the pool at {users} users: {held} (measured)."]
-    preempted = [p for p in points if p.get(f"preemptions@{users}")]
     above = [p for p in points if full and p["kv_total_blocks"] > full[-1]["kv_total_blocks"]]
     if not full:
-        lines.append("No pool filled: every budget held this load's peak, so the budget cost nothing here.")
+        lines.append("No pool filled: every budget held this load's peak.")
     elif not above:
-        lines.append("The largest pool filled too: every budget here was short of this load's peak; a larger one "
-                     "shows where it stops mattering.")
+        lines.append("The largest pool measured filled too: a larger one shows where the budget stops mattering.")
     else:
         lines.append(f"The pool filled up to {full[-1]['value']}; from {above[0]['value']} it had room: this load's "
                      f"peak used {above[0][f'kv_peak_used_blocks@{users}']:,} blocks.")
     if preempted:
-        counts = ", ".join(f"{p[f'preemptions@{users}']} at {p['value']}" for p in preempted)
-        free = [p for p in points if f"preemptions@{users}" in p and not p[f"preemptions@{users}"]]
+        rest = points[points.index(preempted[-1]) + 1:]
+        counts = ", ".join(f"{p[key]} at {p['value']}" for p in preempted)
         lines.append(f"vLLM preempted running requests ({counts}): a full pool made it free a request's blocks and "
-                     "recompute it later" + (f"; none from {free[0]['value']} up." if free else "; at every budget."))
-    elif full and all(f"preemptions@{users}" in p for p in points):
-        lines.append("No preemption at any budget: a full pool only kept new requests waiting for blocks.")
+                     "recompute it later" + (f"; none from {rest[0]['value']} up." if rest and all(
+                         p.get(key) == 0 for p in rest) else "."))
+    elif all(p.get(key) == 0 for p in points):
+        lines.append("vLLM's counter showed no preemption at any budget.")
     small, large = points[0], points[-1]
     ttft = [p[f"ttft_p50_s@{users}"] for p in (small, large)]
     lines.append(f"The smallest pool made {tok_s_words(small, users)} against {tok_s_words(large, users)}, TTFT p50 "
@@ -707,10 +709,12 @@ def plan_lines(fields: dict) -> list[str]:
 
     if fields.get("refused"):
         return [f"vLLM would refuse this setting (computed): {fields['reason']}"]
-    blocks_one = -(-fields["max_model_len"] // fields["block_size"])
+    from lab.metrics.kv import blocks_for
+
+    blocks_one = blocks_for(fields["max_model_len"], fields["block_size"])
     lines = [f"{gib(fields['kv_bytes_planned'])} of KV / ({fields['kv_bytes_per_token']:,} bytes per token x "
-             f"{fields['block_size']} tokens per block) = {fields['kv_blocks_planned']} blocks; one "
-             f"{fields['max_model_len']}-token request needs {blocks_one} blocks, so "
+             f"{fields['block_size']} tokens per block) = {fields['kv_blocks_planned']} blocks, one kept aside by "
+             f"vLLM; one {fields['max_model_len']}-token request needs {blocks_one} blocks, so "
              f"{fields['max_len_requests_at_once']} fit at once (computed)."]
     lines += list(fields.get("notes", []))
     fit = fields["max_len_requests_at_once"]

@@ -258,7 +258,8 @@ def _level_figures(levels: list, users: int, engine: str) -> dict:
                   ("kv_peak_reserved_bytes", "peak_reserved_bytes"))
     figures[f"{key}@{users}"] = max((v for lvl in levels if (v := lvl.kv.get(field)) is not None), default=None)
     if engine == "vllm":
-        figures[f"preemptions@{users}"] = sum(lvl.kv.get("preemptions") or 0 for lvl in levels)
+        counted = [n for lvl in levels if (n := lvl.kv.get("preemptions")) is not None]
+        figures[f"preemptions@{users}"] = sum(counted) if counted else None  # None: vLLM's counter never read
     if len(levels) > 1:
         figures[f"output_tok_s_spread@{users}"] = {"low": min(tok_s), "high": max(tok_s), "n": len(tok_s)}
     return figures

@@ -24,7 +24,8 @@ for job in ${jobs//,/ }; do
   case $job in
     trace) cmd=(python3 -m bench.lab_vs_offline_vllm "${model[@]}" "${share[@]}" --requests 64 --workload mixed
                 --rounds "${ROUNDS:-6}" --faces "${FACES:-offline,engine,served}" --trace --kv-cache-gib 8) ;;
-    kvsweep) cmd=(python3 -m lab sweep kv_cache_gib --values "${KV_VALUES:-0.1,0.25,0.4,0.6,1}" --users 64
+    kvsweep) values=0.1,0.3,0.7; [ "$part" = 8b ] && values=1,2,3  # each holds one 2,048-token request
+             cmd=(python3 -m lab sweep kv_cache_gib --values "${KV_VALUES:-$values}" --users 64
                   --workload mixed --requests-per-user 2 "${model[@]}" --out "$out/$tag") ;;
     notebooks) cmd=(python3 -m bench.notebook_times --model "/tmp/model$part" --load-format dummy) ;;
     viewers) if [ ! -d /tmp/dash/gradio ]; then  # after the image's own packages, as gpu_dashboard.sh does

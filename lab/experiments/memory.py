@@ -56,10 +56,11 @@ async def run(session, params: Params, result, notify) -> None:
     kv = plan.vllm_kv_bytes
     blocks = int(kv // (per_token * config.resolved_block_size())) if per_token else None
     per_request = blocks_for(config.max_model_len, config.resolved_block_size())
+    at_once = max(0, blocks - 1) // per_request if blocks is not None else None  # vLLM keeps a block aside
     loaded = session.info.get("vllm")
     result.fields = {**fields, "refused": False, "vllm_bytes": plan.vllm_bytes, "kv_bytes_planned": kv,
                      "kv_blocks_planned": blocks,
-                     "max_len_requests_at_once": blocks // per_request if blocks is not None else None,
+                     "max_len_requests_at_once": at_once,
                      "notes": plan.notes, "session_kv_blocks_measured": loaded.kv_total_blocks if loaded else None}
     notify(result)
 

@@ -48,7 +48,7 @@ def kv_summary(samples: Sequence[EngineSample], num_blocks: int | None = None,
         return {
             "num_blocks": num_blocks, "block_size": block_size, "peak_usage": peak,
             "peak_used_blocks": round(peak * num_blocks) if num_blocks and peak is not None else None,
-            "preemptions": (last.preemptions_total - first.preemptions_total) if vllm else 0,
+            "preemptions": (last.preemptions_total - first.preemptions_total) if vllm else None,  # None: no read
             "prefix_cache_queries": sum(s.prefix_queries for s in vllm),  # each sample's own: the first's counts too
             "prefix_cache_hits": sum(s.prefix_hits for s in vllm),
         }
