@@ -274,6 +274,12 @@ def test_the_pool_sweep_says_where_the_pool_filled_and_preemption_began():
     assert "filled up to 0.3 GiB; from 0.7 GiB it had room" in tight and "peak used 1,426 blocks" in tight
     assert "(54 at 0.1 GiB, 46 at 0.3 GiB)" in tight and "none from 0.7 GiB up" in tight
     assert "No pool filled" in said and "preempted" not in said and "1,446 of 1,536, 1,446 of 2,304" in said
+    share = recorded_sweep("135m-kvsweep") | {"knob": "gpu_memory_utilization"}  # the same points, said per share
+    assert "none from 0.7 of the card up" in " ".join(sweep_answer(share))
+    unread = recorded_sweep("135m-kvsweep")
+    for point in unread["points"]:
+        point["preemptions@64"] = None  # vLLM's counter never read: no words about preemption
+    assert "preempt" not in " ".join(sweep_answer(unread)).replace("peak", "")
 
 
 # Two recorded prefix runs on this CPU (4 requests, 1 user, blocks of 128): 384 shared tokens in 3 turns, where the
