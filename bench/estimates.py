@@ -73,7 +73,8 @@ def main() -> None:
     print(f"{'run (users, workload, out, req/user, repeats)':<34} {'est. s':>8} {'took s':>8} {'error':>8}  status")
     try:
         demo = workshop_demo(config)
-        print(row(f"demo {demo.users} {demo.workload} {demo.output_len} (guess)", *timed(host, demo.plan(config))))
+        label = f"demo {demo.users} {demo.workload} {demo.output_len} {demo.requests_per_user} x{demo.repeats}"
+        print(row(f"{label} (guess)", *timed(host, demo.plan(config))))
         for users, workload, out, per_user, repeats in RUNS:
             load = LoadConfig(users=users, workload=workload, output_len=out, requests_per_user=per_user,
                               repeats=repeats)

@@ -158,3 +158,44 @@ def test_workshop_demo_preset_is_a_valid_plan_and_says_why(device):
     plan = preset.plan(EngineConfig(device="cpu"))
     assert plan.engines == ("hf", "vllm") and len(plan.load.users) >= 2
     assert "bench.workshop_demo" in preset.why
+
+
+def test_the_cpu_workshop_demo_stars_no_level():
+    """Every level of the CPU demo finishes at least TRUSTED_REQUESTS requests per engine over its repeats (users x
+    requests per user x repeats), so thin_levels, which stars a level's ratio as noisy on the page, finds none."""
+    from lab.metrics import TRUSTED_REQUESTS, thin_levels
+    from lab.presets import WORKSHOP_DEMO
+
+    load = WORKSHOP_DEMO["cpu"].plan(EngineConfig(device="cpu")).load
+    assert min(load.users) * load.requests_per_user * load.repeats >= TRUSTED_REQUESTS
+    rows = [{"engine": engine, "users": users, "completed": users * load.requests_per_user}
+            for engine in ("hf", "vllm") for users in load.users for _ in range(load.repeats)]
+    assert thin_levels(rows) == []
+
+
+def test_the_demo_button_fills_the_form_with_the_whole_preset_repeats_included():
+    from lab.app.dashboard import LoadForm
+    from lab.app.ui import Handlers
+    from lab.presets import workshop_demo
+
+    class ConfigHost:
+        config = EngineConfig(device="cpu")
+
+    values = LoadForm(*Handlers(ConfigHost()).demo_form())
+    assert plan_from_inputs(ConfigHost.config, **vars(values)) == workshop_demo(ConfigHost.config).plan(
+        ConfigHost.config)
+
+
+def test_the_workshop_demo_bench_refuses_a_late_or_thin_candidate_and_picks_the_largest_top_ratio():
+    from bench.workshop_demo import pick, refusal
+    from lab.presets import DemoPreset
+
+    old, short, late = (DemoPreset("1,4,8", "mixed", 24, 1), DemoPreset("1,4", "equal", 16, 4, 3),
+                        DemoPreset("1,8", "decode", 24, 5, 2))
+    assert refusal(35.0, [1, 4, 8], 120) == "  (not eligible: thin at 1, 4, 8 users)"
+    assert refusal(130.0, [1], 120) == "  (not eligible: over the limit; thin at 1 users)"
+    assert refusal(90.0, [], 120) == ""
+    rows = [(old, 35.0, {1: 1.8, 8: 4.1}, [1, 4, 8]), (short, 70.0, {1: 1.5, 4: 2.0}, []),
+            (late, 130.0, {1: 1.6, 8: 3.0}, [])]
+    assert pick(rows, 120) == short
+    assert pick(rows[:1], 120) is None

@@ -351,6 +351,7 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
         assert "HF" in text and "vLLM" in text, plot
     ratio_text = page.inner_text("#plot-ratio")
     assert ratio_text.count("x\n") >= 2 or ratio_text.count("x") >= 2
+    assert "noisy" not in ratio_text and "x*" not in ratio_text  # no level starred: enough requests at each
     assert "blocks x 128 tokens" in page.inner_text("#plot-vllm-kv")
     kv_text = page.inner_text("#plot-kv-tokens")
     assert "HF: held" in kv_text and "vLLM: held" in kv_text  # both engines on one axis

@@ -153,7 +153,7 @@ class Handlers:
         preset = workshop_demo(self.host.config)
         return parts(LoadForm(engines=list(preset.plan(self.host.config).engines), users=preset.users,
                               workload=preset.workload, output_len=preset.output_len, bound=BOUND_REQUESTS,
-                              amount=preset.requests_per_user, repeats=1, rate=0, slo=""))
+                              amount=preset.requests_per_user, repeats=preset.repeats, rate=0, slo=""))
 
     def connect(self, name: str, url: str, model: str, key: str):
         """Add an OpenAI-compatible server as an engine; returns the answer shown under Connect and the engine
