@@ -5,12 +5,12 @@ pinned to the last CPU (or --viewer-cpus of them on the last CPUs, the sessions 
 sessions and does what each page's JavaScript does, with no browser: every second it joins each gr.Timer's tick
 (queued: POST /gradio_api/queue/join, answered on the session's stream /gradio_api/queue/data) and, for every
 State the tick changed, calls that State's change events (POST /gradio_api/run/predict): the redraws, figures
-included. Once the viewers watch, the bench runs the
-plan through /run_and_wait (each level --repeats times) and meters, over the run, the CPU seconds of the app's
-page process (what viewers cost) and of its engine host process with vLLM's processes (what the run costs),
-per minute of wall time. While the run goes it opens --new-pages fresh sessions, one after another, and times
-each one's status line: from GET / to the answer of the status line's redraw (load events, first tick, redraw).
-Prints one row per viewer count and whether the top count's tok/s lies in the lowest count's repeat spread.
+included. Once the viewers watch, the bench runs the plan through /run_and_wait (each level --repeats times) and
+meters, over the run, the CPU seconds of the app's page process (what viewers cost) and of its engine host process
+with vLLM's processes (what the run costs), per minute of wall time. While the run goes it opens --new-pages fresh
+sessions, one after another, and times each one's status line: from GET / to the answer of the status line's
+redraw (load events, first tick, redraw). Prints one row per viewer count and whether the top count's tok/s lies
+in the lowest count's repeat spread.
 
 Usage: python -m bench.viewers [--viewers 1,10,50] [--engines hf,vllm] [--users 1,4] [--output-len 32]
        [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpus 1] [--out DIR] [engine options]

@@ -157,22 +157,24 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
     return MemoryPlan(device, weights_bytes, vllm_bytes, hf_bytes, hf_kv, notes, kv_tokens, kv, hf_cb)
 
 
+NULL_BLOCKS = 1  # vLLM keeps one block of its pool aside (its null block): no request's tokens go there
+
+
 def least_blocks(config: EngineConfig) -> int:
-    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block (vLLM
-    keeps one block aside)."""
-    return blocks_for(config.max_model_len, config.resolved_block_size()) + 1
+    """The smallest pool vLLM starts with: one request of max_model_len tokens, plus its null block."""
+    return blocks_for(config.max_model_len, config.resolved_block_size()) + NULL_BLOCKS
 
 
 def check_pool_holds_one(config: EngineConfig, kv: int, kv_per_token: int | None) -> None:
     """vLLM's start-up rule, before it loads: its pool must hold least_blocks(config)."""
-    block_bytes = (kv_per_token or 0) * config.resolved_block_size()
-    if block_bytes and kv // block_bytes < least_blocks(config):
-        need = math.ceil(least_blocks(config) * block_bytes / GIB * 1000) / 1000
+    block_bytes, least = (kv_per_token or 0) * config.resolved_block_size(), least_blocks(config)
+    if block_bytes and kv // block_bytes < least:
+        need = math.ceil(least * block_bytes / GIB * 1000) / 1000
         given = f"kv_cache_gib={kv / GIB:g}" + ("" if config.kv_cache_gib is not None else " (the default)")
         raise ValueError(f"{given} holds {kv // block_bytes} blocks of block_size={config.resolved_block_size()} "
                          f"tokens, fewer than one request of max_model_len={config.max_model_len} needs with vLLM's "
-                         f"null block ({least_blocks(config)}): use kv_cache_gib >= {need:g}, or a smaller "
-                         f"max_model_len or block_size")
+                         f"null block ({least}): use kv_cache_gib >= {need:g}, or a smaller max_model_len or "
+                         f"block_size")
 
 
 def plan_hf_cb(config: EngineConfig, device: DeviceInfo, weights: int, left: int, notes: list[str],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.environment import read_device
-from lab.memory import model_kv_bytes_per_token, plan_memory
+from lab.memory import NULL_BLOCKS, model_kv_bytes_per_token, plan_memory
 from lab.metrics.kv import blocks_for
 
 ENGINES = ()  # the engines this experiment needs loaded
@@ -56,7 +56,7 @@ async def run(session, params: Params, result, notify) -> None:
     kv = plan.vllm_kv_bytes
     blocks = int(kv // (per_token * config.resolved_block_size())) if per_token else None
     per_request = blocks_for(config.max_model_len, config.resolved_block_size())
-    at_once = max(0, blocks - 1) // per_request if blocks is not None else None  # vLLM keeps a block aside
+    at_once = max(0, blocks - NULL_BLOCKS) // per_request if blocks is not None else None
     loaded = session.info.get("vllm")
     result.fields = {**fields, "refused": False, "vllm_bytes": plan.vllm_bytes, "kv_bytes_planned": kv,
                      "kv_blocks_planned": blocks,
