@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +38,7 @@ def inside(path: Path, args) -> None:
     import lab.notebook
 
     lab.notebook.start_session = with_model(lab.notebook.start_session, args.model, args.load_format)
+    lab.notebook.run_cell = timed(lab.notebook.run_cell)
     loop, namespace = asyncio.new_event_loop(), {}
     try:
         lab.notebook.run_notebook(path, loop, namespace)
@@ -44,19 +48,43 @@ def inside(path: Path, args) -> None:
         sys.exit(f"failed: {type(exc).__name__}: {exc}")
 
 
+CELL_DONE = "code cell done:"
+
+
+def timed(run_cell):
+    """run_cell that says on stderr, as each code cell ends, its number and the seconds since the first began."""
+    began, count = time.perf_counter(), itertools.count(1)
+
+    def run(source, namespace, loop, name):
+        value = run_cell(source, namespace, loop, name)
+        print(f"{CELL_DONE} {next(count)} at {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
+        return value
+
+    return run
+
+
 def time_one(path: Path, args) -> tuple[float, str]:
-    """(seconds of the child's whole life, "ok" or its last words)."""
+    """(seconds of the child's whole life, "ok", its last words, or where the limit stopped it)."""
     extra = [f"--{flag}={value}" for flag, value in (("model", args.model), ("load-format", args.load_format)) if value]
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "bench.notebook_times", "--inside", str(path), *extra],
-                          capture_output=True, text=True)
-    said = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return time.perf_counter() - began, "ok" if done.returncode == 0 else said
+    child = subprocess.Popen([sys.executable, "-m", "bench.notebook_times", "--inside", str(path), *extra],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        said, limit = child.communicate(timeout=args.limit_s)[1], None
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the notebook's engine processes too
+        said, limit = child.communicate()[1], args.limit_s
+    lines = said.strip().splitlines() or ["no output"]
+    if limit:
+        done = [line for line in lines if line.startswith(CELL_DONE)]
+        return time.perf_counter() - began, f"stopped at the {limit:.0f} s limit; {(done or ['no cell ended'])[-1]}"
+    return time.perf_counter() - began, "ok" if child.returncode == 0 else lines[-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", default="", help="comma list of numbers (default: every notebook)")
+    parser.add_argument("--limit-s", type=float, default=900, help="stop a notebook after this many seconds")
     parser.add_argument("--model", default=None)
     parser.add_argument("--load-format", default=None, choices=("auto", "dummy"))
     parser.add_argument("--inside", default=None, help=argparse.SUPPRESS)

@@ -28,14 +28,15 @@ CANDIDATES = {  # on CPU, users x requests per user x repeats >= 10 at the lowes
             DemoPreset("4,8", "mixed", 24, 3), DemoPreset("3,8", "mixed", 24, 1, 4),
             DemoPreset("2,8", "mixed", 24, 1, 5), DemoPreset("2,4,8", "mixed", 24, 1, 5)],
     "cuda": [DemoPreset("1,5,10,20", "mixed", 0, 2), DemoPreset("1,5,10,20", "decode", 128, 2),
-             DemoPreset("1,8,32,64", "mixed", 0, 1),  # the three measured on an H100; the two below not yet
-             DemoPreset("10,32,64", "mixed", 0, 1), DemoPreset("8,32,64", "mixed", 0, 1, 2)],
+             DemoPreset("1,8,32,64", "mixed", 0, 1), DemoPreset("10,32,64", "mixed", 0, 1),
+             DemoPreset("8,32,64", "mixed", 0, 1, 2)],
 }
 LIMIT_S = {"cpu": 120, "cuda": 60}
 
 
 async def measure(config) -> list[tuple[DemoPreset, float, dict, list[int]]]:
-    """Every candidate on one session: (candidate, wall seconds, ratio per level, thin levels)."""
+    """Every candidate on one session: (candidate, wall seconds, ratio per level, thin levels), each row printed as
+    it is measured (a run cut short keeps what it printed)."""
     from lab.session import LabSession
 
     device = config.resolved_device()
@@ -49,6 +50,7 @@ async def measure(config) -> list[tuple[DemoPreset, float, dict, list[int]]]:
             result = await session.run(plan)
             thin = thin_levels(s.to_dict() for s in result.summaries())
             rows.append((preset, time.perf_counter() - started, result.ratio(), thin))
+            print(row_line(*rows[-1], LIMIT_S[device]), flush=True)
     finally:
         await session.stop()
     return rows
@@ -72,12 +74,15 @@ def main() -> None:
           f"{now.output_len} {now.requests_per_user} x{now.repeats}")
     print(f"{'users':<11} {'workload':<8} {'out':>4} {'req/u':>5} {'rep':>3} {'wall s':>7}  vLLM/HF per level")
     rows = asyncio.run(measure(config))
-    for preset, wall_s, ratio, thin in rows:
-        ratios = "  ".join(f"{users}: {value:.2f}x" for users, value in ratio.items())
-        print(f"{preset.users:<11} {preset.workload:<8} {preset.output_len:>4} {preset.requests_per_user:>5} "
-              f"{preset.repeats:>3} {wall_s:>7.1f}  {ratios}{refusal(wall_s, thin, LIMIT_S[device])}")
     chosen = pick(rows, LIMIT_S[device])
     print(f"chosen by the rule: {chosen or 'none eligible'}")
+
+
+def row_line(preset: DemoPreset, wall_s: float, ratio: dict, thin: list[int], limit_s: float) -> str:
+    """One candidate's row: its form, wall seconds, vLLM/HF per level and why it is not eligible (if so)."""
+    ratios = "  ".join(f"{users}: {value:.2f}x" for users, value in ratio.items())
+    return (f"{preset.users:<11} {preset.workload:<8} {preset.output_len:>4} {preset.requests_per_user:>5} "
+            f"{preset.repeats:>3} {wall_s:>7.1f}  {ratios}{refusal(wall_s, thin, limit_s)}")
 
 
 def refusal(wall_s: float, thin: list[int], limit_s: float) -> str:

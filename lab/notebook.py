@@ -71,6 +71,9 @@ def quiet_engines() -> None:
 
 GPU_KV_GIB = 0.25  # on a GPU, vLLM's KV budget in the notebooks: the CPU's pool (11,650 tokens of SmolLM2), which
 #                   their GPU-sized loads fill; half a card's memory would hold millions of tokens and never fill
+GPU_HF_BATCH = 128  # on a GPU, HF's static batch holds every user of the notebooks' GPU levels (03's exercise: 128),
+#                     as the lab's default 32 holds a CPU's: batches of 32 made 03's 128-user level four rounds of HF
+#                     steps (~25-45 ms each on a GPU) and the notebook ran past 9 minutes on an H200
 
 
 def on_gpu() -> bool:
@@ -81,10 +84,13 @@ def on_gpu() -> bool:
 async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) -> LabSession:
     """Load the embedded model on ``engines`` with the lab's defaults plus ``overrides`` (EngineConfig's
     fields), the engines' log lines kept out of the cells; with two engines the agreement check runs too
-    (``session.agreement``). On a GPU vLLM's KV budget is GPU_KV_GIB unless ``overrides`` set one."""
+    (``session.agreement``). On a GPU vLLM's KV budget is GPU_KV_GIB and HF's batch GPU_HF_BATCH unless
+    ``overrides`` set them."""
     quiet_engines()
     if on_gpu() and "gpu_memory_utilization" not in overrides:
         overrides.setdefault("kv_cache_gib", GPU_KV_GIB)
+    if on_gpu():
+        overrides.setdefault("hf_max_batch_size", GPU_HF_BATCH)
     session = LabSession(EngineConfig(**overrides), engines)
     await session.start()
     return session

@@ -4,7 +4,7 @@ Chosen by measurement, not by taste: ``python -m bench.workshop_demo`` runs the 
 kind side by side on one session and prints each one's wall time and vLLM/HF ratio per level; the preset
 is the candidate with the largest ratio at its top level that still ends within the time limit (2
 minutes on CPU, 1 on a GPU) and stars no level as noisy (every engine finishes at least
-lab.metrics.TRUSTED_REQUESTS requests per level over its repeats; the GPU preset predates that rule). Each
+lab.metrics.TRUSTED_REQUESTS requests per level over its repeats). Each
 preset says so in ``why``, which the page shows beside the button.
 """
 
@@ -41,10 +41,11 @@ WORKSHOP_DEMO = {
         "12 and 32 requests per engine, so no level is starred as noisy. Chosen with `python -m bench.workshop_demo` "
         "on a 2-core CPU: of ten candidates, the largest vLLM/HF ratio at its top level (mean of two runs) among "
         "those that end within 2 minutes with at least 10 requests per engine at every level (docs/benchmarks.md).")),
-    "cuda": DemoPreset("1,8,32,64", "mixed", 0, 1, why=(
-        "1, 8, 32 and 64 users of `mixed` prompts at their own lengths, one request per user. Chosen with "
-        "`python -m bench.workshop_demo` on an H100: of three candidates, the largest vLLM/HF ratio at its top "
-        "level in two runs, each within a minute (docs/benchmarks.md).")),
+    "cuda": DemoPreset("10,32,64", "mixed", 0, 1, why=(
+        "10, 32 and 64 users of `mixed` prompts at their own lengths, one request per user: at least 10 requests per "
+        "engine at every level, so no level is starred as noisy. Chosen with `python -m bench.workshop_demo` on an "
+        "H200: of five candidates, the largest vLLM/HF ratio at its top level among those that end within a minute "
+        "with at least 10 requests per engine at every level (docs/benchmarks.md).")),
 }
 
 

@@ -7,7 +7,8 @@
 #   call 1, carry .gpu-pack/c1 .gpu-dash/p1:   bash .gpu-pack/c1/part1.sh && bash scripts/gpu_dashboard.sh stage
 #   call 2, carry .gpu-dash/p2:                bash scripts/gpu_dashboard.sh stage
 #   call 3, carry .gpu-dash/p3:                bash scripts/gpu_dashboard.sh stage
-#   call 4, carry .gpu-pack/c2 .gpu-pack/model .gpu-dash/p4:
+#   (`bash scripts/gpu_dashboard.sh install` after call 3 unpacks them without measuring: for bench.viewers, notebooks)
+#   call 4, carry .gpu-pack/c2 .gpu-pack/model135m .gpu-dash/p4 (MODEL=DIR: another config folder):
 #           bash scripts/gpu_dashboard.sh run $OUT [bench.dashboard_overhead options]
 # run: unpacks the Python packages into /tmp/dash (a .pth puts it AFTER the image's own site-packages, so the
 # image's numpy, torch, pydantic... win), Chromium (@sparticuz/chromium: a headless shell with its own NSS
@@ -83,20 +84,22 @@ run() {  # SRC=DIR: measure the lab in DIR (e.g. an older lab/ and app.py) with 
   shift
   stage
   install || return 3
+  part=dash  # vLLM from .gpu-pack/c2 when carried, else from /tmp/site where an earlier call unpacked it
   # shellcheck disable=SC1091
-  source .gpu-pack/c2/part2.sh || return 3
+  source scripts/gpu_stash.sh
   cd "${SRC:-.}" || return 3
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} VLLM_LOGGING_STREAM=ext://sys.stderr GRADIO_ANALYTICS_ENABLED=False
   python3 -c "import gradio, plotly, playwright; print('gradio', gradio.__version__, 'plotly', plotly.__version__)" || return 3
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   python3 -m bench.dashboard_overhead --chromium /tmp/chrome/chrome.sh --chromium-arg=--no-zygote --out "$out" \
-    --device cuda --model "$root/.gpu-pack/model" --load-format dummy --kv-cache-gib 8 --engines vllm \
+    --device cuda --model "${MODEL:-$root/.gpu-pack/model135m}" --load-format dummy --kv-cache-gib 8 --engines vllm \
     --users 20,64 --output-len 128 --requests-per-user 8 --repeats 3 "$@" 2>&1 | tee "$out/bench.out"
 }
 
 case $cmd in
   pack) pack ;;
   stage) stage ;;
+  install) stage && install ;;
   run) run "$@" ;;
   *) echo "unknown command $cmd"; exit 2 ;;
 esac

@@ -160,13 +160,14 @@ def test_workshop_demo_preset_is_a_valid_plan_and_says_why(device):
     assert "bench.workshop_demo" in preset.why
 
 
-def test_the_cpu_workshop_demo_stars_no_level():
-    """Every level of the CPU demo finishes at least TRUSTED_REQUESTS requests per engine over its repeats (users x
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_workshop_demo_stars_no_level(device):
+    """Every level of each device's demo finishes at least TRUSTED_REQUESTS requests per engine over its repeats (users x
     requests per user x repeats), so thin_levels, which stars a level's ratio as noisy on the page, finds none."""
     from lab.metrics import TRUSTED_REQUESTS, thin_levels
     from lab.presets import WORKSHOP_DEMO
 
-    load = WORKSHOP_DEMO["cpu"].plan(EngineConfig(device="cpu")).load
+    load = WORKSHOP_DEMO[device].plan(EngineConfig(device="cpu")).load
     assert min(load.users) * load.requests_per_user * load.repeats >= TRUSTED_REQUESTS
     rows = [{"engine": engine, "users": users, "completed": users * load.requests_per_user}
             for engine in ("hf", "vllm") for users in load.users for _ in range(load.repeats)]

@@ -148,3 +148,28 @@ def check_notebook(path, capfd, shared, monkeypatch) -> None:
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]
         assert abs(blocks[0]["kv_total_blocks"] - 2 * blocks[1]["kv_total_blocks"]) <= 1
+
+
+def test_on_a_gpu_the_notebooks_session_takes_the_gpu_pool_and_batch_unless_set(monkeypatch):
+    """On CUDA a notebook's session gets a KV budget its GPU-sized runs fill and an HF batch that holds its most
+    users; a value the notebook sets wins, and a CPU keeps the lab's defaults."""
+    import lab.notebook
+
+    made = []
+
+    class Recorded:
+        def __init__(self, config, engines):
+            made.append(config)
+
+        async def start(self):
+            pass
+
+    monkeypatch.setattr(lab.notebook, "LabSession", Recorded)
+    for gpu in (True, False):
+        monkeypatch.setattr(lab.notebook, "on_gpu", lambda gpu=gpu: gpu)
+        asyncio.run(lab.notebook.start_session())
+        asyncio.run(lab.notebook.start_session(hf_max_batch_size=8, kv_cache_gib=1))
+    gpu, gpu_set, cpu, _ = made
+    assert (gpu.kv_cache_gib, gpu.hf_max_batch_size) == (lab.notebook.GPU_KV_GIB, lab.notebook.GPU_HF_BATCH)
+    assert (gpu_set.kv_cache_gib, gpu_set.hf_max_batch_size) == (1, 8)
+    assert cpu.hf_max_batch_size == EngineConfig().hf_max_batch_size and cpu.kv_cache_gib == EngineConfig().kv_cache_gib
