@@ -163,7 +163,8 @@ def test_workshop_demo_preset_is_a_valid_plan_and_says_why(device):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_workshop_demo_stars_no_level(device):
     """Every level of each device's demo finishes at least TRUSTED_REQUESTS requests per engine over its repeats
-    (users x requests per user x repeats), so thin_levels, which stars a level's ratio as noisy on the page, finds none."""
+    (users x requests per user x repeats), so thin_levels, which stars a level's ratio as noisy on the page, finds
+    none."""
     from lab.metrics import TRUSTED_REQUESTS, thin_levels
     from lab.presets import WORKSHOP_DEMO
 
