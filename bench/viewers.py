@@ -44,7 +44,8 @@ STATUS_ID = "load-status"  # the header's status line
 # -- the viewer process: N sessions at the protocol level --------------------------------------------
 class AppShape:
     """What a page's JavaScript reads from /config: the timers' tick events, each State's change events, the
-    load events, and the status line's redraw."""
+    load events, the status line's redraw, and each component's value as first drawn (what an event sends of its
+    inputs: a page that nobody edits)."""
 
     def __init__(self, config: dict):
         deps = config["dependencies"]
@@ -56,6 +57,7 @@ class AppShape:
             for target, event in d["targets"]:
                 if event == "change" and d["backend_fn"]:
                     self.changes.setdefault(target, []).append(d)
+        self.values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}  # as first drawn
         status = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == STATUS_ID)
         self.status_fn = next(d["id"] for ds in self.changes.values() for d in ds if status in d["outputs"])
 
@@ -68,7 +70,7 @@ class Session:
         self.hash = secrets.token_hex(6)
 
     def body(self, dep: dict, trigger: int | None) -> dict:
-        return {"data": [None] * len(dep["inputs"]), "event_data": None, "fn_index": dep["id"],
+        return {"data": [self.shape.values.get(i) for i in dep["inputs"]], "event_data": None, "fn_index": dep["id"],
                 "trigger_id": trigger, "session_hash": self.hash}
 
     async def queued(self, deps: list[dict]) -> list[int]:
