@@ -59,7 +59,8 @@ class AppShape:
                     self.changes.setdefault(target, []).append(d)
         self.values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}  # as first drawn
         status = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == STATUS_ID)
-        self.status_fn = next(d["id"] for ds in self.changes.values() for d in ds if status in d["outputs"])
+        drawing = [d for d in self.ticks + [d for ds in self.changes.values() for d in ds] if status in d["outputs"]]
+        self.status_fn, self.status_at = drawing[0]["id"], drawing[0]["outputs"].index(status)  # a tick or a change
 
 
 class Session:
@@ -73,20 +74,26 @@ class Session:
         return {"data": [self.shape.values.get(i) for i in dep["inputs"]], "event_data": None, "fn_index": dep["id"],
                 "trigger_id": trigger, "session_hash": self.hash}
 
-    async def queued(self, deps: list[dict]) -> list[int]:
-        """Join ``deps`` on the queue and read this session's stream until all are answered; the changed States."""
+    async def queued(self, deps: list[dict]) -> tuple[list[int], set[int]]:
+        """Join ``deps`` on the queue and read this session's stream until all are answered: the changed States,
+        and the ids of the deps that drew the status line (its output not a skip)."""
+        events = {}
         for dep in deps:
             reply = await self.http.post(f"{self.url}{self.shape.prefix}/queue/join", json=self.body(dep, None))
             reply.raise_for_status()
-        changed: list[int] = []
+            events[reply.json().get("event_id")] = dep["id"]
+        changed, drew = [], set()
         async with self.http.stream("GET", f"{self.url}{self.shape.prefix}/queue/data",
                                     params={"session_hash": self.hash}) as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data:"):
                     message = json.loads(line[5:])
-                    changed += (message.get("output") or {}).get("changed_state_ids") or []
+                    output = message.get("output") or {}
+                    changed += output.get("changed_state_ids") or []
                     self.stats["errors"] += message.get("success") is False
-        return changed
+                    fn = events.get(message.get("event_id"))
+                    drew |= {fn} if fn == self.shape.status_fn and drawn(output, self.shape.status_at) else set()
+        return changed, drew
 
     async def redraw(self, state: int) -> set[int]:
         """Call the change events of ``state`` (unqueued, as the page does); the function ids called."""
@@ -99,11 +106,12 @@ class Session:
         return called
 
     async def tick(self) -> set[int]:
-        """One timer tick of every timer, then the redraws it asked for; the function ids redrawn."""
-        changed = await self.queued(self.shape.ticks)
+        """One timer tick of every timer, then the redraws it asked for; the ids of the change events called and
+        of a tick that drew the status line."""
+        changed, drew = await self.queued(self.shape.ticks)
         self.stats["ticks"] += 1
         done = await asyncio.gather(*(self.redraw(state) for state in changed))
-        return set().union(*done)
+        return drew.union(*done)
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Tick every TICK_S until stopped (a slow tick delays the next, as a page's timer does)."""
@@ -113,6 +121,13 @@ class Session:
                 await self.tick()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, TICK_S - (time.monotonic() - began)))
+
+
+def drawn(output: dict, at: int) -> bool:
+    """Whether an event's answer set its output ``at`` (not a skip: an update with no value)."""
+    data = output.get("data") or []
+    value = data[at] if at < len(data) else None
+    return not (isinstance(value, dict) and value.get("__type__") == "update" and "value" not in value)
 
 
 async def new_page_status_s(http, url: str, shape: AppShape) -> float:
