@@ -72,8 +72,8 @@ def quiet_engines() -> None:
 GPU_KV_GIB = 0.25  # on a GPU, vLLM's KV budget in the notebooks: the CPU's pool (11,650 tokens of SmolLM2), which
 #                   their GPU-sized loads fill; half a card's memory would hold millions of tokens and never fill
 GPU_HF_BATCH = 128  # on a GPU, HF's static batch holds every user of the notebooks' GPU levels (03's exercise: 128),
-#                     as the lab's default 32 holds a CPU's: batches of 32 made 03's 128-user level four rounds of HF
-#                     steps (~25-45 ms each on a GPU) and the notebook ran past 9 minutes on an H200
+#                     as the lab's default 32 holds a CPU's: with batches of 32, 03's 128-user level took four rounds
+#                     of HF steps, and the notebook ran past 530 s on an H200
 
 
 def on_gpu() -> bool:
