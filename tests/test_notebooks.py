@@ -7,6 +7,7 @@ CI's two workers (one file each) share the ~12 minutes they take."""
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -173,3 +174,63 @@ def test_on_a_gpu_the_notebooks_session_takes_the_gpu_pool_and_batch_unless_set(
     assert (gpu.kv_cache_gib, gpu.hf_max_batch_size) == (lab.notebook.GPU_KV_GIB, lab.notebook.GPU_HF_BATCH)
     assert (gpu_set.kv_cache_gib, gpu_set.hf_max_batch_size) == (1, 8)
     assert cpu.hf_max_batch_size == EngineConfig().hf_max_batch_size and cpu.kv_cache_gib == EngineConfig().kv_cache_gib
+
+
+class Checked(Exception):
+    """A notebook's engine call whose plan passed every rule: the fake stops there (no engines)."""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebooks_gpu_sizes_pass_the_rules_before_anything_loads(path, monkeypatch):
+    """Every code cell run as on a GPU, with a session that loads nothing: each experiment, sweep and load test the
+    notebook asks for is checked by the rules the real call applies first (lengths, users, max_model_len, block
+    sizes), then stopped. A cell that needs an earlier call's result (or an engine's own figure) fails on the missing
+    name and is passed over; anything else fails the test: a rule's refusal, as 02's 1,024-token answers did on an
+    H200 (and its exercise's output_len=None, found here)."""
+    import lab.experiments
+    import lab.notebook
+    import lab.sweeps
+    from lab.config import EngineConfig
+    from lab.notebook import run_cell
+
+    class GpuSession:
+        def __init__(self, engines, **overrides):
+            gpu = {"kv_cache_gib": lab.notebook.GPU_KV_GIB, "hf_max_batch_size": lab.notebook.GPU_HF_BATCH}
+            self.config = EngineConfig(device="cuda", **(gpu | overrides))
+            self.engines, self.agreement = dict.fromkeys(engines), None
+            self.check = SimpleNamespace(device="cuda")
+            self.info = {name: SimpleNamespace(kv_block_size=self.config.resolved_block_size()) for name in engines}
+
+        async def run(self, plan):
+            raise Checked
+
+        async def stop(self):
+            pass
+
+    async def start_session(engines=("hf", "vllm"), **overrides):
+        return GpuSession(engines, **overrides)
+
+    async def run_experiment(session, name, params, *_, **__):
+        lab.experiments.validate(name, params, session.config)
+        raise Checked
+
+    async def run_sweep(session, plan, *_, **__):
+        plan.configs(session.config)
+        raise Checked
+
+    monkeypatch.setattr(lab.notebook, "start_session", start_session)
+    monkeypatch.setattr(lab.experiments, "run_experiment", run_experiment)
+    monkeypatch.setattr(lab.sweeps, "run_sweep", run_sweep)
+    loop, namespace, checked = asyncio.new_event_loop(), {}, 0
+    try:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                try:
+                    run_cell("".join(cell["source"]), namespace, loop, path.name)
+                except Checked:
+                    checked += 1
+                except (NameError, AttributeError):  # a result (or an engine's figure) the fake never made
+                    pass
+    finally:
+        loop.close()
+    assert namespace.get("GPU", True) and checked, f"{path.name}: no engine call reached on the GPU path"
