@@ -92,7 +92,8 @@ class Session:
                     changed += output.get("changed_state_ids") or []
                     self.stats["errors"] += message.get("success") is False
                     fn = events.get(message.get("event_id"))
-                    drew |= {fn} if fn == self.shape.status_fn and drawn(output, self.shape.status_at) else set()
+                    if fn == self.shape.status_fn and drawn(output, self.shape.status_at):
+                        drew.add(fn)
         return changed, drew
 
     async def redraw(self, state: int) -> set[int]:

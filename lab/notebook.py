@@ -87,10 +87,10 @@ async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) 
     (``session.agreement``). On a GPU vLLM's KV budget is GPU_KV_GIB and HF's batch GPU_HF_BATCH unless
     ``overrides`` set them."""
     quiet_engines()
-    if on_gpu() and "gpu_memory_utilization" not in overrides:
-        overrides.setdefault("kv_cache_gib", GPU_KV_GIB)
     if on_gpu():
         overrides.setdefault("hf_max_batch_size", GPU_HF_BATCH)
+        if "gpu_memory_utilization" not in overrides:
+            overrides.setdefault("kv_cache_gib", GPU_KV_GIB)
     session = LabSession(EngineConfig(**overrides), engines)
     await session.start()
     return session

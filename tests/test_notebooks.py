@@ -190,25 +190,23 @@ def test_each_notebooks_gpu_sizes_pass_the_rules_before_anything_loads(path, mon
     import lab.experiments
     import lab.notebook
     import lab.sweeps
-    from lab.config import EngineConfig
     from lab.notebook import run_cell
 
-    class GpuSession:
-        def __init__(self, engines, **overrides):
-            gpu = {"kv_cache_gib": lab.notebook.GPU_KV_GIB, "hf_max_batch_size": lab.notebook.GPU_HF_BATCH}
-            self.config = EngineConfig(device="cuda", **(gpu | overrides))
+    class GpuSession:  # made by the notebooks' own start_session, which sets its GPU sizes
+        def __init__(self, config, engines):
+            self.config = config.with_overrides(device="cuda")
             self.engines, self.agreement = dict.fromkeys(engines), None
             self.check = SimpleNamespace(device="cuda")
             self.info = {name: SimpleNamespace(kv_block_size=self.config.resolved_block_size()) for name in engines}
+
+        async def start(self):
+            pass
 
         async def run(self, plan):
             raise Checked
 
         async def stop(self):
             pass
-
-    async def start_session(engines=("hf", "vllm"), **overrides):
-        return GpuSession(engines, **overrides)
 
     async def run_experiment(session, name, params, *_, **__):
         lab.experiments.validate(name, params, session.config)
@@ -218,7 +216,8 @@ def test_each_notebooks_gpu_sizes_pass_the_rules_before_anything_loads(path, mon
         plan.configs(session.config)
         raise Checked
 
-    monkeypatch.setattr(lab.notebook, "start_session", start_session)
+    monkeypatch.setattr(lab.notebook, "on_gpu", lambda: True)
+    monkeypatch.setattr(lab.notebook, "LabSession", GpuSession)
     monkeypatch.setattr(lab.experiments, "run_experiment", run_experiment)
     monkeypatch.setattr(lab.sweeps, "run_sweep", run_sweep)
     loop, namespace, checked = asyncio.new_event_loop(), {}, 0
