@@ -328,8 +328,8 @@ def ratio_table(found: dict) -> str:
         lines.append(f"{key[0]:>8} {key[1]:>5} {_spread(no_page):>22} {_spread(page):>22} {_spread(cli):>22} "
                      f"{page.mean / cli.mean:>9.3f} {page.mean / no_page.mean:>12.3f}   n {cli.n}")
     lines.append(f"{'paired':>8} {'users':>5} " + " ".join(f"{f'{top}/{base}':>22}" for top, base in PAIRS)
-                 + f"   (each round's ratio of means: geometric mean over the rounds [95% t-interval from "
-                 f"{MIN_ROUNDS} rounds], n rounds)")
+                 + f"   (each round's ratio of means: geometric mean over the rounds [95% t-interval, "
+                 f"shown from {MIN_ROUNDS} rounds on], n rounds)")
     for key, ratios in sorted(paired_ratios(found).items()):
         lines.append(f"{key[0]:>8} {key[1]:>5} " + " ".join(f"{interval_text(ratios[pair]):>22}" for pair in PAIRS)
                      + f"   n {len(ratios[PAIRS[0]])}")

@@ -4,7 +4,8 @@ For docs/workshop.md's tracks (CPU and GPU).
 
 --model and --load-format reach every session the notebooks start: on a GPU without the embedded model's weights, a
 config folder with random weights gives the same timings where the cells ask exact lengths (not the same text). A
-notebook that fails is timed to its failure and said so; the next one runs.
+notebook that fails is timed to its failure and said so, its stderr passed on whole (the engines' log and
+tracebacks); the next one runs.
 Usage: python -m bench.notebook_times [--notebooks 01,02,...] [--model FOLDER] [--load-format dummy]
 """
 
@@ -75,6 +76,8 @@ def time_one(path: Path, args) -> tuple[float, str]:
         os.killpg(child.pid, signal.SIGKILL)  # the notebook's engine processes too
         said, limit = child.communicate()[1], args.limit_s
     lines = said.strip().splitlines() or ["no output"]
+    if limit or child.returncode:  # its whole stderr (a worker thread's traceback too) goes to this one's
+        print(f"== {path.name}'s stderr\n{said}", file=sys.stderr, flush=True)
     if limit:
         done = [line for line in lines if line.startswith(CELL_DONE)]
         return time.perf_counter() - began, f"stopped at the {limit:.0f} s limit; {(done or ['no cell ended'])[-1]}"

@@ -39,7 +39,8 @@ class DeviceInfo:
 
 
 def read_gpu(index: int = 0) -> DeviceInfo | None:
-    """GPU name and memory through NVML; None without a driver or GPU."""
+    """GPU name and memory through NVML; None without a driver or GPU. ``index`` counts the GPUs this process sees
+    (CUDA_VISIBLE_DEVICES), as torch does; NVML counts every GPU of the host."""
     try:
         import pynvml
 
@@ -47,9 +48,9 @@ def read_gpu(index: int = 0) -> DeviceInfo | None:
     except Exception:  # noqa: BLE001
         return None
     try:
-        if pynvml.nvmlDeviceGetCount() <= index:
+        handle = _visible_handle(pynvml, index)
+        if handle is None:
             return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         name = pynvml.nvmlDeviceGetName(handle)
         name = name.decode() if isinstance(name, bytes) else name
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
@@ -60,6 +61,18 @@ def read_gpu(index: int = 0) -> DeviceInfo | None:
                            "processes": _gpu_processes(pynvml, handle)})
     finally:
         pynvml.nvmlShutdown()
+
+
+def _visible_handle(pynvml, index: int):
+    """NVML's handle of the index-th GPU this process sees: CUDA_VISIBLE_DEVICES names host indices or UUIDs."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in seen.split(",") if name.strip()] if seen is not None else None
+    if names is None:
+        return pynvml.nvmlDeviceGetHandleByIndex(index) if index < pynvml.nvmlDeviceGetCount() else None
+    if index >= len(names):
+        return None
+    name = names[index]
+    return pynvml.nvmlDeviceGetHandleByIndex(int(name)) if name.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(name)
 
 
 def _gpu_processes(pynvml, handle) -> list[dict]:

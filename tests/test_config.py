@@ -354,3 +354,29 @@ def test_on_cuda_vllms_default_pool_is_the_workshop_demos_top_level():
     assert engine_kwargs(EngineConfig(device="cuda", num_kv_blocks=7), "m")["num_gpu_blocks_override"] == 7
     assert "num_gpu_blocks_override" not in engine_kwargs(EngineConfig(device="cuda", kv_cache_gib=2), "m")
     assert "num_gpu_blocks_override" not in engine_kwargs(EngineConfig(device="cpu"), "m")
+
+
+@pytest.mark.parametrize("visible, index, expect", [
+    (None, 1, "host-1"), ("1", 0, "host-1"), ("GPU-b,0", 0, "uuid-GPU-b"), ("0,1", 1, "host-1"), ("1", 1, None),
+    ("", 0, None)])
+def test_the_gpu_read_is_the_one_cuda_visible_devices_names(monkeypatch, visible, index, expect):
+    """NVML counts the host's GPUs; torch's index counts those CUDA_VISIBLE_DEVICES names (a job on GPU 1 of a
+    two-GPU host read GPU 0's memory and processes)."""
+    import sys
+    import types
+
+    from lab import environment
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: f"host-{i}", nvmlDeviceGetHandleByUUID=lambda u: f"uuid-{u}",
+        nvmlDeviceGetName=lambda h: h, nvmlSystemGetDriverVersion=lambda: "1",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=2, free=1, used=1),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    found = environment.read_gpu(index)
+    assert (found.name if found else None) == expect

@@ -221,3 +221,25 @@ def test_three_contenders_give_two_ratios(lab):
     assert summary["engine_args"]["hf-cb"]["page_size"] == 256 and summary["engine_args"]["hf-cb"]["num_blocks"] > 0
     table = format_table(result)
     assert "vLLM/HF output tok/s at 3 users" in table and "vLLM/HF-CB output tok/s at 3 users" in table
+
+
+def test_a_compiled_hf_worker_thread_gets_torchs_cuda_graph_state_of_its_own():
+    """torch < 2.13 keeps CUDA graph trees' state only in the thread that imported them (02's waste experiment
+    failed on a GPU with a bare AssertionError from the HF thread); the HF worker sets it up in its own thread."""
+    import threading
+
+    from torch._inductor import cudagraph_trees
+
+    from lab.engines.hf import graph_trees_in_this_thread
+
+    seen = []
+
+    def worker():
+        seen.append(hasattr(cudagraph_trees.local, "tree_manager_containers"))
+        graph_trees_in_this_thread()
+        seen.append(cudagraph_trees.local.tree_manager_containers == {})
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [False, True]

@@ -389,6 +389,7 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
                    [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
         _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
         ticker.wire()  # one timer for every tab's groups
+        app.load(handlers.status_lines, None, header[:3], queue=False, **QUIET)  # at once, not behind a room's ticks
         app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
         app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
         app.load(handlers.per_level, None, parts(load.per_level), **QUIET)

@@ -245,6 +245,8 @@ class HFEngine:
         self._loop.call_soon_threadsafe(slot.out.put_nowait, item)
 
     def _serve(self) -> None:
+        if self.config.hf_compile and self.device.startswith("cuda"):
+            graph_trees_in_this_thread()
         while True:
             first = self._pending.get()
             if first is None:
@@ -407,3 +409,16 @@ class _SuppressEos:
             for token in self.eos:
                 scores[rows, token] = float("-inf")
         return scores
+
+
+def graph_trees_in_this_thread() -> None:
+    """Give this thread the state torch.compile's CUDA graphs (mode reduce-overhead) keep per thread. torch before
+    2.13 sets it up only in the thread that first imported them, and fails a call from any other thread with a
+    bare AssertionError (cudagraph_trees.get_obj); vLLM on CUDA imports them first, in the main thread."""
+    from collections import defaultdict
+
+    from torch._inductor import cudagraph_trees
+
+    if not hasattr(cudagraph_trees.local, "tree_manager_containers"):
+        cudagraph_trees.local.tree_manager_containers = {}
+        cudagraph_trees.local.tree_manager_locks = defaultdict(threading.Lock)
