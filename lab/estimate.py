@@ -380,10 +380,9 @@ def warmup_seconds(plan: RunPlan, engine: str, past: History) -> float:
     return max(0.0, past.cost(engine).seconds(shape) + past.warmup_extra(engine))
 
 
-def estimate_text(plan: RunPlan, summaries: list[dict], model: str, device_name: str,
-                  restarts: dict[str, float] | None = None) -> str:
-    """One line for the page under the form: the estimate and what it was computed from."""
-    estimate = estimate_run(plan, history(summaries, model, device_name), restarts)
+def estimate_text(plan: RunPlan, past: History, device_name: str, restarts: dict[str, float] | None = None) -> str:
+    """One line for the page under the form: the estimate and what it was computed from (``past``: history())."""
+    estimate = estimate_run(plan, past, restarts)
     restart = f", restarting {', '.join(restarts)} first" if restarts else ""
     if estimate.guessed:
         source = (f"{FIRST_GUESS_NOTE} for {', '.join(estimate.guessed)}: no finished run of "

@@ -201,3 +201,20 @@ def test_the_workshop_demo_bench_refuses_a_late_or_thin_candidate_and_picks_the_
             (late, 130.0, {1: 1.6, 8: 3.0}, [])]
     assert pick(rows, 120) == short
     assert pick(rows[:1], 120) is None
+
+
+def test_a_room_of_pages_reads_and_fits_the_stored_runs_once_per_host_version(monkeypatch):
+    """Every page redraws its estimate when a run ends: the stored runs are read and fitted once for all of them."""
+    from types import SimpleNamespace
+
+    from lab.app import ui
+
+    reads = []
+    monkeypatch.setattr(ui, "list_summaries", lambda db_path: reads.append(db_path) or [])
+    host = SimpleNamespace(version=1, db_path="db", check=SimpleNamespace(
+        model="m", memory=SimpleNamespace(device=SimpleNamespace(name="cpu-x"))))
+    handlers = ui.Handlers(host)
+    first = handlers.past()
+    assert all(handlers.past() is first for _ in range(50)) and reads == ["db"]
+    host.version = 2  # a run ended
+    assert handlers.past() is not first and reads == ["db", "db"]

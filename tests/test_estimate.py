@@ -133,9 +133,9 @@ def test_no_price_is_fitted_below_zero():
 
 
 def test_a_fresh_install_gets_the_first_guess_and_says_so():
-    text = estimate_text(PLAN, [], "m", "cpu-x")
+    text = estimate_text(PLAN, history([], "m", "cpu-x"), "cpu-x")
     assert text.startswith("Estimated time: about ") and FIRST_GUESS_NOTE in text
     assert "for hf, vllm: no finished run of them is stored for cpu-x yet" in text
-    stored = estimate_text(PLAN, [summary()], "m", "cpu-x", restarts={"vllm": 30.0})
+    stored = estimate_text(PLAN, history([summary()], "m", "cpu-x"), "cpu-x", restarts={"vllm": 30.0})
     assert stored == ("Estimated time: about 50 s, restarting vllm first (computed from the 1 stored run of "
                       "cpu-x; warm-up and pauses included).")

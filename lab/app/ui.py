@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any
@@ -47,7 +48,7 @@ from lab.app.ui_timer import Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
-from lab.estimate import estimate_text
+from lab.estimate import History, estimate_text, history
 from lab.load.workloads import WORKLOADS
 from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
@@ -89,6 +90,7 @@ class Handlers:
 
     def __init__(self, host: Host, guard: Guard | None = None):
         self.host, self.guard = host, guard or Guard(Access())  # default: every page the presenter's
+        self._past, self._past_lock = (None, None), threading.Lock()
 
     # -- actions -------------------------------------------------------------------------------
     def start_run(self, *values) -> str:
@@ -110,8 +112,17 @@ class Handlers:
         health = self.host.health()
         restarts = {name: health[name].get("last_start_s") or 0.0 for name in plan.engines
                     if name in self.host.dead()}
-        return estimate_text(plan, list_summaries(self.host.db_path), self.host.check.model,
-                             self.host.check.memory.device.name, restarts)
+        return estimate_text(plan, self.past(), self.host.check.memory.device.name, restarts)
+
+    def past(self) -> History:
+        """The costs fitted to the stored runs: read and fitted once per host version (a run's end moves it),
+        however many pages ask (a room of pages redraws its estimate at the same run's end)."""
+        with self._past_lock:
+            version = self.host.version
+            if self._past[0] != version or self._past[1] is None:
+                summaries = list_summaries(self.host.db_path)
+                self._past = (version, history(summaries, self.host.check.model, self.host.check.memory.device.name))
+            return self._past[1]
 
     def clear_error(self, message: str):
         """A changed form makes the last input error stale: the message line drops it (other lines stay)."""

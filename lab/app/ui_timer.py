@@ -21,8 +21,9 @@ import gradio as gr
 from gradio.components.plot import PlotData
 
 Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
-REBUILD_S = 0.5  # a shared build serves newer keys for this long: a room's pages, ticking out of phase, build
-#                  twice a second at most, one page still gets every tick's change
+REBUILD_S = 0.9  # a shared build serves newer keys for this long, just under the page's 1-s tick: a room's pages,
+#                  ticking out of phase, build about once a second, as one page does, and one page still gets
+#                  every tick's change
 
 
 class Ticker:
