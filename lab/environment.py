@@ -72,7 +72,11 @@ def _visible_handle(pynvml, index: int):
     if index >= len(names):
         return None
     name = names[index]
-    return pynvml.nvmlDeviceGetHandleByIndex(int(name)) if name.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(name)
+    try:
+        return (pynvml.nvmlDeviceGetHandleByIndex(int(name)) if name.isdigit()
+                else pynvml.nvmlDeviceGetHandleByUUID(name))
+    except Exception:  # noqa: BLE001 - a UUID prefix or MIG name NVML does not take: the GPU goes unread
+        return None
 
 
 def _gpu_processes(pynvml, handle) -> list[dict]:

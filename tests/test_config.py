@@ -358,7 +358,7 @@ def test_on_cuda_vllms_default_pool_is_the_workshop_demos_top_level():
 
 @pytest.mark.parametrize("visible, index, expect", [
     (None, 1, "host-1"), ("1", 0, "host-1"), ("GPU-b,0", 0, "uuid-GPU-b"), ("0,1", 1, "host-1"), ("1", 1, None),
-    ("", 0, None)])
+    ("", 0, None), ("GPU-3a", 0, None)])
 def test_the_gpu_read_is_the_one_cuda_visible_devices_names(monkeypatch, visible, index, expect):
     """NVML counts the host's GPUs; torch's index counts those CUDA_VISIBLE_DEVICES names (a job on GPU 1 of a
     two-GPU host read GPU 0's memory and processes)."""
@@ -369,7 +369,8 @@ def test_the_gpu_read_is_the_one_cuda_visible_devices_names(monkeypatch, visible
 
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: f"host-{i}", nvmlDeviceGetHandleByUUID=lambda u: f"uuid-{u}",
+        nvmlDeviceGetHandleByIndex=lambda i: f"host-{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: 1 / 0 if u == "GPU-3a" else f"uuid-{u}",  # a prefix NVML refuses
         nvmlDeviceGetName=lambda h: h, nvmlSystemGetDriverVersion=lambda: "1",
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=2, free=1, used=1),
         nvmlDeviceGetComputeRunningProcesses=lambda h: [])
