@@ -20,7 +20,7 @@ Usage: python -m bench.dashboard_overhead [--users 1,5,10] [--requests-per-user 
        [engine options of lab bench]
        python -m bench.dashboard_overhead --pool DIR [DIR ...]   (earlier runs' --out folders, as one table)
 The table gives each side's tok/s over all repeats, then each pair of sides compared round by round (the
-ratio of their means in each round: the geometric mean over the rounds, with a 95% t-interval from 4 rounds):
+ratio of their means in each round: the geometric mean over the rounds, with a 95% t-interval shown from 4 rounds on):
 the interval says how sharp it is (sharper than either side's spread only where a round's sides drift
 together). Each round's CLI files and log are kept in the --out folder (cli-round-N/).
 e.g. on a GPU: --device cuda --model .gpu-pack/model --load-format dummy --kv-cache-gib 8 --users 20,64

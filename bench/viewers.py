@@ -100,18 +100,21 @@ class Session:
         return changed, drew
 
     async def redraw(self, state: int) -> set[int]:
-        """Call the change events of ``state`` (unqueued, as the page does); the function ids called."""
+        """Call the change events of ``state`` (unqueued, as the page does); the ids of those answered."""
         return await self.direct(self.shape.changes.get(state, []), state)
 
     async def direct(self, deps: list[dict], trigger: int | None = None) -> set[int]:
-        """Call unqueued events, one after another; the function ids called."""
-        called = set()
+        """Call unqueued events, one after another; the ids of those answered (the status line's redraw only where
+        its answer drew the line)."""
+        answered = set()
         for dep in deps:
             reply = await self.http.post(f"{self.url}{self.shape.prefix}/run/predict", json=self.body(dep, trigger))
             self.stats["errors"] += reply.status_code != 200
             self.stats["redraws"] += 1
-            called.add(dep["id"])
-        return called
+            if reply.status_code == 200 and (dep["id"] != self.shape.status_fn
+                                             or drawn(reply.json(), self.shape.status_at)):
+                answered.add(dep["id"])
+        return answered
 
     async def tick(self) -> set[int]:
         """One timer tick of every timer, then the redraws it asked for; the ids of the change events called and

@@ -115,8 +115,9 @@ class Handlers:
         return estimate_text(plan, self.past(), self.host.check.memory.device.name, restarts)
 
     def past(self) -> History:
-        """The costs fitted to the stored runs: read and fitted once per host version (a run's end moves it),
-        however many pages ask (a room of pages redraws its estimate at the same run's end)."""
+        """The costs fitted to the stored runs: read and fitted once per host version (it moves with every change
+        the host draws, a run's end included), however many pages ask (a room of pages redraws its estimate at the
+        same run's end); runs another process stores show after the version's next move."""
         with self._past_lock:
             version = self.host.version
             if self._past[0] != version or self._past[1] is None:

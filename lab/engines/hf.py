@@ -412,10 +412,10 @@ class _SuppressEos:
 
 
 def graph_trees_in_this_thread() -> None:
-    """Give this thread the state torch.compile's CUDA graphs (mode reduce-overhead) keep per thread. torch before
-    2.13 sets it up only in the thread that first imported them, and fails a call from any other thread with a
-    bare AssertionError (cudagraph_trees.get_obj): in the lab, vLLM on CUDA may import them first, from the main
-    thread."""
+    """Give this thread the state torch.compile's CUDA graphs (mode reduce-overhead) keep per thread. torch 2.11 sets
+    it up only in the thread that first imported torch._inductor.cudagraph_trees and fails a call from any other
+    thread with a bare AssertionError (get_obj); 2.13 sets it up lazily. In the lab, vLLM on CUDA may import it
+    first, from the main thread."""
     from collections import defaultdict
 
     from torch._inductor import cudagraph_trees
