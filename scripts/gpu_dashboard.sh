@@ -2,14 +2,14 @@
 # Issue #9 part 5 on one lent NVIDIA GPU without network: what the open dashboard costs the engines
 # (python -m bench.dashboard_overhead: app with no page, page open in headless Chromium, CLI; --rounds N turns).
 # The GPU image lacks Gradio, Plotly, Playwright and a browser: they travel from .gpu-dash/ (git-excluded),
-# made on a machine with PyPI and npm by `bash scripts/gpu_dashboard.sh pack` (~140 MB, so in 4 calls,
-# each under the 64 MiB a call carries; files written to /tmp stay while the machine is warm):
+# made on a machine with PyPI and npm by `bash scripts/gpu_dashboard.sh pack` (~140 MB, so in 5 calls, each under
+# the 64 MiB a call carries, the working tree's ~6 MB included; files written to /tmp stay while the machine is warm,
+# ~30 s after each call):
 #   call 1, carry .gpu-pack/c1 .gpu-dash/p1:   bash .gpu-pack/c1/part1.sh && bash scripts/gpu_dashboard.sh stage
-#   call 2, carry .gpu-dash/p2:                bash scripts/gpu_dashboard.sh stage
-#   call 3, carry .gpu-dash/p3:                bash scripts/gpu_dashboard.sh stage
-#   (`bash scripts/gpu_dashboard.sh install` after call 3 unpacks them without measuring: for bench.viewers, notebooks)
-#   call 4, carry .gpu-pack/c2 .gpu-pack/model135m .gpu-dash/p4 (MODEL=DIR: another config folder):
+#   calls 2-4, carry .gpu-dash/p2, then p3, then p4:   bash scripts/gpu_dashboard.sh stage
+#   call 5, carry .gpu-pack/c2 .gpu-pack/model135m (MODEL=DIR: another config folder):
 #           bash scripts/gpu_dashboard.sh run $OUT [bench.dashboard_overhead options]
+#   (or `bash scripts/gpu_dashboard.sh install` there: unpacked without measuring, for bench.viewers and notebooks)
 # run: unpacks the Python packages into /tmp/dash (a .pth puts it AFTER the image's own site-packages, so the
 # image's numpy, torch, pydantic... win), Chromium (@sparticuz/chromium: a headless shell with its own NSS
 # libraries) into /tmp/chrome, vLLM from .gpu-pack/c2, then measures. Default plan: 135M shape, dummy
@@ -39,9 +39,9 @@ pack() {  # here, with network: the wheels of this venv's versions for Python 3.
   (cd .gpu-dash/npm && npm pack @sparticuz/chromium@153.0.0 && tar xzf sparticuz-chromium-153.0.0.tgz)
   bin=.gpu-dash/npm/package/bin
   cp "$bin"/al2023.tar.br "$bin"/fonts.tar.br .gpu-dash/p1/
-  head -c 63500000 .gpu-dash/site.tar.xz > .gpu-dash/p2/site.tar.xz.aa
-  tail -c +63500001 .gpu-dash/site.tar.xz > .gpu-dash/p3/site.tar.xz.ab
+  head -c 45000000 .gpu-dash/site.tar.xz > .gpu-dash/p2/site.tar.xz.aa  # each part + the working tree < 64 MiB
   head -c 58500000 "$bin"/chromium.br > .gpu-dash/p3/chromium.br.aa
+  tail -c +45000001 .gpu-dash/site.tar.xz > .gpu-dash/p4/site.tar.xz.ab
   tail -c +58500001 "$bin"/chromium.br > .gpu-dash/p4/chromium.br.ab
   du -b .gpu-dash/p*
 }
@@ -53,7 +53,7 @@ stage() {  # on the GPU machine: keep what this call carried where the next call
 
 install() {  # on the GPU machine, once every part is staged
   for part in al2023.tar.br fonts.tar.br site.tar.xz.aa site.tar.xz.ab chromium.br.aa chromium.br.ab; do
-    [ -f "$stage/$part" ] || { echo "missing $stage/$part: stage every part first (calls 1-3)"; return 3; }
+    [ -f "$stage/$part" ] || { echo "missing $stage/$part: stage every part first (calls 1-4)"; return 3; }
   done
   mkdir -p /tmp/dash /tmp/chrome /tmp/fonts
   [ -d /tmp/dash/gradio ] || cat "$stage"/site.tar.xz.* | xz -dc | tar -C /tmp/dash -xf - || return 3

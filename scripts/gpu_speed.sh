@@ -4,7 +4,7 @@
 # request of `mixed`, and a KV-budget sweep, on the SmolLM2-135M and Llama-3.1-8B shapes with random weights (their
 # config folders carried: .gpu-pack/model135m, .gpu-pack/model8b; no GGUF parts to carry).
 # The viewers job (bench.viewers) needs Gradio, which the image lacks: `bash scripts/gpu_dashboard.sh pack` makes
-# its packages' two parts (.gpu-dash/p2/site.tar.xz.aa, .gpu-dash/p3/site.tar.xz.ab), carried by stash calls.
+# its packages' two parts (.gpu-dash/p2/site.tar.xz.aa, .gpu-dash/p4/site.tar.xz.ab), carried by stash calls.
 #   bash scripts/gpu_speed.sh OUT stash             # carry .gpu-pack/c1 (and the site's small part), then the big part
 #   bash scripts/gpu_speed.sh OUT 135m|8b JOBS      # the first such call carries .gpu-pack/c2 and the model folders
 # JOBS: comma list of trace, kvsweep, viewers, notebooks (each guided notebook's time: the GPU track), demo (the
