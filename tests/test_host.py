@@ -74,3 +74,13 @@ def test_the_end_of_a_task_bumps_the_version(host):
     host.runner.start(last_words())
     host.wait_run(5)
     assert host.on_loop(lambda: host.version) == before + 1  # read on the loop, after the task's callbacks
+
+
+def test_a_dead_engine_reads_restarting_as_its_restart_starts_so_no_page_sees_a_cancel(host):
+    """The restart's task and the engine's restarting state come together: a page never draws the task going with
+    nothing restarting (a Cancel to press; a browser test caught that between two ticks)."""
+    loaded(host)
+    host.session.engines["vllm"].failure = DIED
+    restart = host.doctor.restart(["vllm"])  # the coroutine, not yet run
+    assert host.health()["vllm"]["state"] == "restarting"
+    restart.close()

@@ -547,7 +547,7 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     page.click("#restart")
     wait_text(page, "#message", "Restarting vllm", 20)
     page.wait_for_selector("#run:disabled", timeout=10_000)  # the restart runs to its end: nothing to cancel
-    assert page.is_disabled("#cancel")
+    assert page.is_disabled("#cancel")  # with Run: the engines are marked restarting as the restart starts
     wait_text(page, "#load-status", "Engines ready.", 240)
     assert host.health()["vllm"]["state"] == "alive" and host.health()["hf"]["state"] == "alive"
     summary = json.loads(c.predict("hf,vllm", "1", "mixed", 8, 1, api_name="/run_and_wait"))

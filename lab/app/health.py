@@ -67,7 +67,13 @@ class EngineDoctor:
         took = [f"{name} took {starts[name]:.0f} s" for name in names if name in starts]
         return "its last start " + ", ".join(took) if took else "first start"
 
-    async def restart(self, names: list[str]) -> bool:
+    def restart(self, names: list[str]):
+        """Mark ``names`` restarting now, as their task starts (a page never sees the task going with no engine
+        restarting, and so a Cancel to press); then the coroutine that restarts them."""
+        self.restarting.update(names)
+        return self._restart(names)
+
+    async def _restart(self, names: list[str]) -> bool:
         """Restart each engine with its own settings; True when all came back."""
         session, ok = self.host.session, True
         for name in names:
