@@ -94,31 +94,33 @@ class Session:
                     output = message.get("output") or {}
                     changed += output.get("changed_state_ids") or []
                     self.stats["errors"] += message.get("success") is False
-                    fn = events.get(message.get("event_id"))
-                    if fn == self.shape.status_fn and drawn(output, self.shape.status_at):
+                    if self.drew_status(fn := events.get(message.get("event_id")), output):
                         drew.add(fn)
         return changed, drew
 
+    def drew_status(self, fn: int | None, output: dict) -> bool:
+        """Whether the answer ``output`` of event ``fn`` drew the status line (not a skip)."""
+        return fn == self.shape.status_fn and drawn(output, self.shape.status_at)
+
     async def redraw(self, state: int) -> set[int]:
-        """Call the change events of ``state`` (unqueued, as the page does); the ids of those answered."""
+        """Call the change events of ``state`` (unqueued, as the page does); the id of one that drew the status
+        line."""
         return await self.direct(self.shape.changes.get(state, []), state)
 
     async def direct(self, deps: list[dict], trigger: int | None = None) -> set[int]:
-        """Call unqueued events, one after another; the ids of those answered (the status line's redraw only where
-        its answer drew the line)."""
-        answered = set()
+        """Call unqueued events, one after another; the id of one that drew the status line."""
+        drew = set()
         for dep in deps:
             reply = await self.http.post(f"{self.url}{self.shape.prefix}/run/predict", json=self.body(dep, trigger))
             self.stats["errors"] += reply.status_code != 200
             self.stats["redraws"] += 1
-            if reply.status_code == 200 and (dep["id"] != self.shape.status_fn
-                                             or drawn(reply.json(), self.shape.status_at)):
-                answered.add(dep["id"])
-        return answered
+            if reply.status_code == 200 and self.drew_status(dep["id"], reply.json()):
+                drew.add(dep["id"])
+        return drew
 
     async def tick(self) -> set[int]:
-        """One timer tick of every timer, then the redraws it asked for; the ids of the change events called and
-        of a tick that drew the status line."""
+        """One timer tick of every timer, then the redraws it asked for; the id of the event that drew the status
+        line, if one did."""
         changed, drew = await self.queued(self.shape.ticks)
         self.stats["ticks"] += 1
         done = await asyncio.gather(*(self.redraw(state) for state in changed))

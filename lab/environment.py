@@ -66,9 +66,9 @@ def read_gpu(index: int = 0) -> DeviceInfo | None:
 def _visible_handle(pynvml, index: int):
     """NVML's handle of the index-th GPU this process sees: CUDA_VISIBLE_DEVICES names host indices or UUIDs."""
     seen = os.environ.get("CUDA_VISIBLE_DEVICES")
-    names = [name.strip() for name in seen.split(",") if name.strip()] if seen is not None else None
-    if names is None:
+    if seen is None:
         return pynvml.nvmlDeviceGetHandleByIndex(index) if index < pynvml.nvmlDeviceGetCount() else None
+    names = [name.strip() for name in seen.split(",") if name.strip()]
     if index >= len(names):
         return None
     name = names[index]

@@ -224,7 +224,7 @@ def test_three_contenders_give_two_ratios(lab):
 
 
 def test_a_compiled_hf_worker_thread_gets_torchs_cuda_graph_state_of_its_own():
-    """torch < 2.13 keeps CUDA graph trees' state only in the thread that imported them (02's waste experiment
+    """torch 2.11 keeps CUDA graph trees' state only in the thread that imported them (02's waste experiment
     failed on a GPU with a bare AssertionError from the HF thread); the HF worker sets it up in its own thread."""
     import threading
 

@@ -78,7 +78,6 @@ class EngineDoctor:
         session, ok = self.host.session, True
         for name in names:
             self.deaths[name] = self.deaths.get(name, 0) + 1
-            self.restarting.add(name)
             self.errors.pop(name, None)
             self.host.bump()
             try:

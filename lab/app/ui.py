@@ -120,7 +120,7 @@ class Handlers:
         same run's end); runs another process stores show after the version's next move."""
         with self._past_lock:
             version = self.host.version
-            if self._past[0] != version or self._past[1] is None:
+            if self._past[0] != version:  # the host's version is an int from the start
                 summaries = list_summaries(self.host.db_path)
                 self._past = (version, history(summaries, self.host.check.model, self.host.check.memory.device.name))
             return self._past[1]
