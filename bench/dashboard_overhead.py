@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import os
 import socket
@@ -164,16 +165,22 @@ def pooled(folders: list[str]) -> dict:
     rounds were recorded pools its tok/s, but the paired block leaves it out)."""
     found, first = {}, 0
     for folder in folders:
-        path = Path(folder) / "summaries.json"
-        if not path.is_file():
-            raise SystemExit(f"--pool: {path} not found (give the --out folders of earlier runs of this bench)")
-        saved = json.loads(path.read_text())
+        saved = json.loads(_summaries_text(Path(folder)))
         for side, summary in saved.items():
             runs = [{**run, "round": first + run["round"]} if "round" in run else run for run in summary["runs"]]
             _pool(found, side, {**summary, "runs": runs})
         first += 1 + max((run["round"] for summary in saved.values() for run in summary["runs"] if "round" in run),
                          default=-1)
     return found
+
+
+def _summaries_text(folder: Path) -> str:
+    """A run's summaries.json, or its gzipped copy as docs/results keep it."""
+    if (folder / "summaries.json").is_file():
+        return (folder / "summaries.json").read_text()
+    if (folder / "summaries.json.gz").is_file():
+        return gzip.decompress((folder / "summaries.json.gz").read_bytes()).decode()
+    raise SystemExit(f"--pool: no summaries.json(.gz) in {folder} (give the --out folders of this bench's runs)")
 
 
 def run_side(side: str, url: str, client, meters: dict, args, round_: int) -> dict:

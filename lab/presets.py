@@ -44,8 +44,8 @@ WORKSHOP_DEMO = {
     "cuda": DemoPreset("10,32,64", "mixed", 0, 1, why=(
         "10, 32 and 64 users of `mixed` prompts at their own lengths, one request per user: at least 10 requests per "
         "engine at every level, so no level is starred as noisy. Chosen with `python -m bench.workshop_demo` on an "
-        "H200: of five candidates, the only one that ended within a minute with at least 10 requests per engine at "
-        "every level (one run so far; docs/benchmarks.md).")),
+        "H200: of five candidates, the largest vLLM/HF ratio at its top level (mean of two runs) among those that end "
+        "within a minute with at least 10 requests per engine at every level (docs/benchmarks.md).")),
 }
 
 

@@ -1,6 +1,11 @@
-"""bench.paired's turn orders and intervals, and bench.lab_vs_offline_vllm's reports read back for --pool."""
+"""bench.paired's turn orders and intervals, and the reports and summaries that bench.lab_vs_offline_vllm and
+bench.dashboard_overhead read back for --pool."""
 
+import gzip
+import json
 from itertools import combinations
+
+import pytest
 
 from bench.lab_vs_offline_vllm import pooled, report
 from bench.paired import geometric_interval, turn_order
@@ -30,3 +35,16 @@ def test_saved_reports_pool_their_rounds_and_a_pooled_report_is_left_out(tmp_pat
     (tmp_path / "pooled.txt").write_text("\n".join(report(one, "2 reports pooled: 2 rounds")))
     rates = pooled([str(p) for p in [*paths, tmp_path / "pooled.txt"]])
     assert rates == {"offline": [10.0, 12.0, 11.0], "engine": [9.0, 12.0, 10.0]}  # bare: not in every report
+
+
+def test_dashboard_overhead_pools_plain_and_gzipped_summaries_with_rounds_numbered_on(tmp_path):
+    from bench.dashboard_overhead import pooled as pooled_sides
+    run = {"round": 0, "repeat": 0, "engine": "vllm", "users": 64, "output_tok_s": 100.0}
+    saved = json.dumps({"cli": {"runs": [run, {**run, "round": 1, "repeat": 1}]}})
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "summaries.json").write_text(saved)
+    (tmp_path / "b" / "summaries.json.gz").write_bytes(gzip.compress(saved.encode()))
+    runs = pooled_sides([str(tmp_path / "a"), str(tmp_path / "b")])["cli"]["runs"]
+    assert [run["round"] for run in runs] == [0, 1, 2, 3] and [run["repeat"] for run in runs] == [0, 1, 2, 3]
+    with pytest.raises(SystemExit, match="no summaries.json"):
+        pooled_sides([str(tmp_path)])
