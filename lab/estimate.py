@@ -32,8 +32,10 @@ from lab.config import LoadConfig, RunPlan, duration_words
 from lab.engines import registry
 from lab.load.workloads import WORKLOADS, mean_request, sample_specs
 from lab.runs import SETTLE_S, level_seed, warmup_lengths
+from lab.store import list_summaries
 
-HISTORY_RUNS = 50  # the newest stored runs read (older ones describe an older lab)
+HISTORY_RUNS = 50  # the newest stored runs of this model and device fitted (older ones describe an older lab)
+HISTORY_READ = 200  # the newest stored runs read to find them (other models' and devices' runs among them)
 FIT_ROUNDS = 20  # reweighted least-squares rounds of the least-absolute-error fit (converged well before)
 # The sets of a step's cost drivers (0 steps, 1 KV tokens, 2 requests) a fit may use, fewer first. Where fits tie
 # (two stored levels fit any two drivers exactly) the earlier wins: steps and KV tokens, most of a step on a CPU.
@@ -125,6 +127,12 @@ class History:
     def guessed(self, engines) -> list[str]:
         """The engines of ``engines`` that no stored run measured."""
         return [engine for engine in engines if engine not in self.costs]
+
+
+def stored_history(db_path, model: str, device_name: str) -> History:
+    """The costs fitted to the database's stored runs of this model and device: what the page's estimate line and a
+    started run's estimate both read."""
+    return history(list_summaries(db_path, HISTORY_READ), model, device_name)
 
 
 def history(summaries: list[dict], model: str, device_name: str) -> History:

@@ -5,9 +5,11 @@ from dataclasses import astuple
 
 import pytest
 
+from lab import estimate as estimate_module
 from lab.config import LoadConfig, RunPlan
 from lab.estimate import (
     FIRST_GUESS_NOTE,
+    HISTORY_RUNS,
     Cost,
     LevelShape,
     StoredLevel,
@@ -21,6 +23,7 @@ from lab.estimate import (
     level_shape,
     planned_specs,
     settle_count,
+    stored_history,
     warmup_level,
     warmup_seconds,
 )
@@ -68,6 +71,12 @@ def test_only_this_device_and_model_and_only_finished_levels_count():
     alone = history([summary(durations=((("hf", 4), 5.0),))], "m", "cpu-x").cost("hf")
     assert past.cost("hf") == alone  # the cancelled 1-user level is left out
     assert history([summary(device="gpu")], "m", "cpu-x").runs == 0
+
+
+def test_stored_runs_of_this_model_are_found_behind_newer_runs_of_other_models(monkeypatch):
+    newest_first = [summary(model="other")] * (HISTORY_RUNS + 10) + [summary()]
+    monkeypatch.setattr(estimate_module, "list_summaries", lambda db_path, limit: newest_first[:limit])
+    assert stored_history("lab.db", "m", "cpu-x").runs == 1  # the page's line and a started run's estimate alike
 
 
 def test_a_static_batch_counts_its_padding_and_finished_rows_continuous_batching_each_requests_own():

@@ -1,5 +1,5 @@
-"""bench.paired's turn orders and intervals, and the reports and summaries that bench.lab_vs_offline_vllm and
-bench.dashboard_overhead read back for --pool."""
+"""bench.paired's turn orders and intervals, the reports and summaries that bench.lab_vs_offline_vllm and
+bench.dashboard_overhead read back for --pool, and bench.viewers' verdict."""
 
 import gzip
 import json
@@ -48,3 +48,16 @@ def test_dashboard_overhead_pools_plain_and_gzipped_summaries_with_rounds_number
     assert [run["round"] for run in runs] == [0, 1, 2, 3] and [run["repeat"] for run in runs] == [0, 1, 2, 3]
     with pytest.raises(SystemExit, match="no summaries.json"):
         pooled_sides([str(tmp_path)])
+
+
+def test_viewers_verdict_pools_a_count_measured_twice_before_and_after_the_most_viewers():
+    from bench.viewers import verdict
+
+    def block(viewers, *rates):
+        runs = [{"engine": "hf", "users": 1, "repeat": i, "output_tok_s": rate} for i, rate in enumerate(rates)]
+        return {"viewers": viewers, "runs": runs, "new_page_s": [0.1]}
+
+    lines = verdict([block(1, 26.0, 26.2), block(50, 25.0, 25.2), block(1, 24.9, 25.3)]).splitlines()
+    assert lines[0] == "hf@1: 25.1 with 50 viewers vs [24.9-26.2] with 1: within"  # the drift between the 1s
+    assert verdict([block(1, 26.0, 26.2), block(50, 25.0, 25.2)]).startswith("hf@1: 25.1 with 50 viewers vs "
+                                                                              "[26.0-26.2] with 1: OUTSIDE")

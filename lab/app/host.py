@@ -19,12 +19,12 @@ from lab.app.runner import TaskRunner, poll_until
 from lab.app.seam import LoadStatus
 from lab.config import Endpoint, EngineConfig, RunPlan
 from lab.environment import process_rss_bytes, read_device, shm_warning, versions
-from lab.estimate import HISTORY_RUNS, Estimate, estimate_run, history
+from lab.estimate import Estimate, estimate_run, stored_history
 from lab.memory import kv_fit_warning
 from lab.runs import RunResult, wall_s
 from lab.session import LabSession, SessionCheck, check_session, settle_heap
 from lab.status import RunStatus
-from lab.store import default_db_path, list_summaries, save
+from lab.store import default_db_path, save
 
 log = logging.getLogger(__name__)
 __all__ = ["MAX_DEATHS", "LabHost", "LoadStatus"]
@@ -141,7 +141,7 @@ class LabHost:
 
     def estimate(self, plan: RunPlan, dead: list[str]) -> Estimate:
         """How long ``plan`` should take here (lab.estimate), restarting the ``dead`` engines first."""
-        past = history(list_summaries(self.db_path, HISTORY_RUNS), self.check.model, self.check.memory.device.name)
+        past = stored_history(self.db_path, self.check.model, self.check.memory.device.name)
         health = self.health()
         return estimate_run(plan, past, {name: health[name].get("last_start_s") or 0.0 for name in dead})
 

@@ -48,7 +48,7 @@ from lab.app.ui_timer import Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
-from lab.estimate import History, estimate_text, history
+from lab.estimate import History, estimate_text, stored_history
 from lab.load.workloads import WORKLOADS
 from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
@@ -121,8 +121,8 @@ class Handlers:
         with self._past_lock:
             version = self.host.version
             if self._past[0] != version:  # the host's version is an int from the start
-                summaries = list_summaries(self.host.db_path)
-                self._past = (version, history(summaries, self.host.check.model, self.host.check.memory.device.name))
+                self._past = (version, stored_history(self.host.db_path, self.host.check.model,
+                                                      self.host.check.memory.device.name))
             return self._past[1]
 
     def clear_error(self, message: str):
