@@ -311,13 +311,14 @@ def kinds_answer(fields: dict) -> list[str]:
 
 
 def _kinds_line(engine: str, kinds: dict) -> str:
-    said = (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; reservation "
+    if engine == "vllm":  # its blocks are counted only while a request holds tokens in them: two kinds are 0 by design
+        return (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; internal fragmentation "
+                f"{kinds['internal']} % (memory x time, measured); reservation and external fragmentation 0 by "
+                "design, not measured apart (a block is taken when a token needs it, and any free block serves any "
+                "request).")
+    return (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; reservation "
             f"{kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external fragmentation "
-            f"{kinds['external']} % (memory x time, measured)")
-    if engine == "vllm":
-        return said + ": it reserves nothing ahead and leaves no gaps by design (a block is taken when a token " \
-                      "needs it, and any free block serves any request)."
-    return said + "."
+            f"{kinds['external']} % (memory x time, measured).")
 
 
 def _largest_kind(engine: str, fields: dict) -> str:
@@ -425,8 +426,8 @@ def _hf_line(gains: dict, spreads: dict) -> str:
     if gains["decode", "hf"] < gains["decode", "vllm"]:
         return ("On decode-bound work HF gained less than vLLM: its batch is fixed when it starts (padding, waiting "
                 "for the longest) while vLLM refills its batch every step.")
-    return ("On decode-bound work HF gained as much as vLLM or more here: with these few users its static batches "
-            "were filled as fully as vLLM's.")
+    return ("On decode-bound work HF gained as much as vLLM or more here: its static batches were filled as "
+            "fully as vLLM's at these levels.")
 
 
 def more_users_answer(decode: dict, more: dict, users: tuple[int, int]) -> list[str]:
@@ -447,6 +448,26 @@ def more_users_answer(decode: dict, more: dict, users: tuple[int, int]) -> list[
         lines.append(f"{users_step:.1f}x the users bought vLLM {step:.2f}x the gain: it kept growing, so a step was "
                      f"not yet compute-bound and the pool held every running request.")
     return lines
+
+
+def block_count_answer(fields: dict) -> list[str]:
+    """The block count derived from token counts against vLLM's own at every step: how far apart, and why where
+    they parted (measured)."""
+    if not fields["samples"]:
+        return ["vLLM was not sampled while it held blocks: there is nothing to compare."]
+    said = (f"Over {fields['samples']} engine steps the two counts differed by at most {fields['max_abs_diff_blocks']} "
+            f"block(s) (within one block per running request at every step: {fields['agree']}); the peak was "
+            f"{fields['peak_used_blocks']} of {fields['num_blocks']} blocks (measured).")
+    if not fields["max_abs_diff_blocks"]:
+        return [said, "They agreed at every step sampled."]
+    if fields["vllm_ahead"]:
+        why = ("vLLM counted more: it allocates a request's next block when it schedules the step that writes the "
+               "block's first token, and the derived count sees that token only when it arrives, one step later")
+    else:
+        why = ("the derived count counted more: it still held a request's blocks after vLLM had freed them, since a "
+               "request's end reaches the client after the step that finished it")
+    several = "; several requests crossed a block boundary in the same step" * (fields["max_abs_diff_blocks"] > 1)
+    return [said, f"At the widest gap {why}{several}."]
 
 
 def table_answer(fields: dict) -> list[str]:
@@ -549,8 +570,8 @@ def queue_answer(first: dict, last: dict, users: str) -> str:
         return said + ("the queue cost first tokens more than the pace of a running answer: requests waited for "
                        "whole answers before them, and the running one decoded at single-user speed.")
     return said + ("the queue did not show in TTFT more than in TPOT here: with short answers the wait is short, and "
-                   "with every sequence admitted at once their prompts share one long first step. More users and "
-                   "longer answers (SMALL = False) make the queue show.")
+                   "with every sequence admitted at once their prompts share one long first step. To look for the "
+                   "queue at more users and longer answers, run with SMALL = False.")
 
 
 def tok_s_words(point: dict, users: str) -> str:
@@ -580,9 +601,9 @@ def batch_answer(points: list[dict], users: str) -> list[str]:
     if gain > 1.2:
         return lines + ["A bigger static batch reserves batch x the longest padded length, and here it bought tokens "
                         "too: one step serves several rows for little more than the cost of one."]
-    return lines + ["Here the larger batch bought almost no speed: on this device a step of several rows costs nearly "
-                    "as much as that many single steps, and padded rows compute for nothing. On a GPU, where one row "
-                    "leaves the device idle, the same sweep multiplies tok/s (docs/benchmarks.md)."]
+    return lines + ["Here the larger batch bought almost no speed: on this device a step of several rows cost nearly "
+                    "as much as that many single steps, and padded rows computed for nothing. Where one row leaves "
+                    "the device idle (a GPU's sweeps: docs/benchmarks.md), the same sweep can multiply tok/s."]
 
 
 def blocks_answer(points: list[dict], users: str) -> list[str]:

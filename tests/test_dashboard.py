@@ -207,10 +207,11 @@ def test_a_room_of_pages_reads_and_fits_the_stored_runs_once_per_host_version(mo
     """Every page redraws its estimate when a run ends: the stored runs are read and fitted once for all of them."""
     from types import SimpleNamespace
 
+    from lab import estimate
     from lab.app import ui
 
     reads = []
-    monkeypatch.setattr(ui, "list_summaries", lambda db_path: reads.append(db_path) or [])
+    monkeypatch.setattr(estimate, "list_summaries", lambda db_path, limit: reads.append(db_path) or [])
     host = SimpleNamespace(version=1, db_path="db", check=SimpleNamespace(
         model="m", memory=SimpleNamespace(device=SimpleNamespace(name="cpu-x"))))
     handlers = ui.Handlers(host)

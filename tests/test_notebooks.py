@@ -111,6 +111,10 @@ def check_notebook(path, capfd, shared, monkeypatch) -> None:
         table = namespace["table"].fields  # ids read from vLLM's KV cache manager, not derived from token counts
         assert "get_block_ids" in table["source"] and table["most_at_once"] >= 4
         assert table["non_contiguous"] and table["reused"] and table["shared"]
+        counts = namespace["blocks"].fields  # the derived count against vLLM's: the side that counted more named
+        said = next(str(a) for a in answers if "engine steps the two counts" in str(a))
+        assert not counts["max_abs_diff_blocks"] or ("vLLM counted more" if counts["vllm_ahead"] else
+                                                    "the derived count counted more") in said
         grew = growth(namespace["cache"].fields, "without cache")
         assert f"{grew:.1f}x" in str(answers[0])
         for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):

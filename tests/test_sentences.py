@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from lab.sentences import levels_answer, load_facts, moved, padding_words, runs_answer
+from lab.sentences import block_count_answer, levels_answer, load_facts, moved, padding_words, runs_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,3 +342,13 @@ def test_the_sharing_a_device_answers_follow_the_measured_peaks():
                                        "preemption_mode": "recompute"}, None))
     assert "vLLM preempted one" in hit and "0.50x the normal pool's tok/s: with fewer blocks" in hit
     assert "nothing was preempted" in calm and "no slower here" in calm
+
+
+def test_the_block_count_answer_names_the_side_that_counted_more_and_only_where_they_parted():
+    fields = {"samples": 40, "max_abs_diff_blocks": 1, "agree": True, "peak_used_blocks": 9, "num_blocks": 91,
+              "vllm_ahead": True}
+    assert "At the widest gap vLLM counted more" in block_count_answer(fields)[1]
+    behind = block_count_answer({**fields, "max_abs_diff_blocks": 3, "vllm_ahead": False})[1]
+    assert "the derived count counted more" in behind and "several requests crossed" in behind
+    assert block_count_answer({**fields, "max_abs_diff_blocks": 0})[1] == "They agreed at every step sampled."
+    assert "nothing to compare" in block_count_answer({**fields, "samples": 0})[0]

@@ -40,6 +40,7 @@ def fill(session, result) -> None:
         "agree": all(r["within_tolerance"] for r in result.rows) if result.rows else None,
         "max_abs_diff_blocks": abs(worst["derived_blocks"] - worst["vllm_used_blocks"]) if worst else None,
         "peak_used_blocks": max((r["vllm_used_blocks"] for r in result.rows), default=0),
+        "vllm_ahead": worst["vllm_used_blocks"] > worst["derived_blocks"] if worst else None,  # at the widest gap
     }
     result.series = {"check": [(r["time_s"], r["vllm_used_blocks"], r["derived_blocks"]) for r in result.rows]}
 
