@@ -58,6 +58,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         enforce_eager=device == "cpu" if config.enforce_eager is None else config.enforce_eager,
         gpu_memory_utilization=config.gpu_memory_utilization,
         load_format=config.load_format,
+        use_tqdm_on_load=False,  # the lab says its own load progress; vLLM's bar would print into a notebook's cells
     )
     budget = kv_budget_bytes(config)
     if budget is not None:
