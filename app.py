@@ -101,14 +101,20 @@ def announce(access, args: argparse.Namespace) -> None:
 
     if access.open:
         return
-    where = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     if access.made:
-        link = access.link(f"http://{where}:{args.port}")
+        link = access.link(page_address(args))
         print(f"Presenter's link (attendees open the page without the token): {link}", flush=True)
     else:
         log.info("presenter: the token in %s (open the page with ?token=... or sign in at its top)", TOKEN_ENV)
     if not access.endpoints_on:
         log.info("endpoints are off on this Space (set KVLAB_ENDPOINTS=1 to allow the presenter to connect them)")
+
+
+def page_address(args: argparse.Namespace) -> str:
+    """Where attendees open the page: the Space's own address on a Space (SPACE_HOST), else this host and port."""
+    if os.environ.get("SPACE_HOST"):
+        return f"https://{os.environ['SPACE_HOST']}"
+    return f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
 
 
 def stop_now(host, code: int) -> None:

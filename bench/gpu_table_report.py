@@ -1,4 +1,4 @@
-"""Issue #9 part 4: the contenders' table on one GPU, run level by level and put into markdown.
+"""The contenders' table on one GPU, run level by level and put into markdown.
 
 ``run`` loads the chosen engines once in one process (a LabSession, as ``python -m lab bench`` does) and runs
 one plan per (workload, user level) on them, writing each plan's summary.json / requests.csv with the lab's

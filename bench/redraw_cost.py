@@ -1,9 +1,7 @@
 """What one redraw of the live Load-test plots costs the interpreter, on a GPU-sized run made up here.
 
-The dashboard redraws its four plots over time once a second while a run goes. It once did so in the process
-that also drives the engines, where every millisecond of Python it spent was taken from vLLM's async front
-end; the engines now run in a process of their own (lab.app.host_process), and this still says what a tick
-costs the page's process. This
+The dashboard redraws its four plots over time once a second while a run goes, in the page's process (the
+engines run in a process of their own, lab.app.host_process); this says what such a tick costs that process. It
 builds a RunResult shaped like an H100 run of the 135M shape (a sample per engine step of ~3 ms, a
 token per request per step) with the last level still running, then times what a tick does: the
 figures (lab.app.dashboard.over_time_view) and their JSON, as the page gets it. The first tick computes the

@@ -97,8 +97,9 @@ class EngineConfig:
         device: "auto" (CUDA when present, else CPU), "cpu" or "cuda".
         kv_cache_gib: vLLM KV-cache budget in GiB. On CPU this is the only budget vLLM honours well;
             on a GPU it overrides gpu_memory_utilization. None: on CPU 0.25 GiB in bf16, 0.5 in float32
-            (91 blocks of 128 tokens for SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it),
-            the fraction on GPU.
+            (91 blocks of 128 tokens for SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it);
+            on GPU, within gpu_memory_utilization, a pool sized to the Workshop demo's top level
+            (lab.engines.vllm.demo_sized_blocks).
         gpu_memory_utilization: Fraction of the GPU's TOTAL memory vLLM may take (weights + KV pages),
             not of free memory; 0.5 leaves the other half for the HF model on the same card.
         block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).

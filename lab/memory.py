@@ -16,7 +16,7 @@ from pathlib import Path
 from lab.config import EngineConfig, RunPlan
 from lab.engines import registry
 from lab.engines.base import DTYPE_BYTES, kv_bytes_per_token
-from lab.engines.vllm import kv_budget_bytes
+from lab.engines.vllm import kv_budget_bytes, pool_blocks_override
 from lab.environment import GIB, DeviceInfo, gib
 from lab.load.workloads import longest_request
 from lab.metrics.kv import blocks_for
@@ -35,7 +35,8 @@ class MemoryPlan:
     hf_worst_kv_bytes: int | None
     notes: list[str] = field(default_factory=list)
     vllm_kv_tokens: int | None = None  # token slots of vLLM's KV budget, where it is known before loading
-    vllm_kv_bytes: int | None = None  # KV bytes planned: the budget, or on a GPU its share less weights and slack
+    vllm_kv_bytes: int | None = None  # KV bytes planned: the budget or the forced pool, else on a GPU its share less
+    #                                   weights and slack
     hf_cb_bytes: int | None = None  # HF continuous batching: its own weights + its paged KV (when it is loaded)
 
     def to_dict(self) -> dict:
@@ -120,6 +121,11 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"gpu_memory_utilization={config.gpu_memory_utilization} gives vLLM {gib(vllm_bytes)}, "
                     f"which does not even hold the {gib(weights)} of weights plus working memory: raise it"
                 )
+        if (blocks := pool_blocks_override(config)) is not None and kv_per_token:
+            kv_tokens = blocks * config.resolved_block_size()
+            kv = kv_tokens * kv_per_token
+            notes.append(f"vLLM's KV pool: {blocks:,} blocks of {config.resolved_block_size()} tokens ({gib(kv)}), "
+                         "set by num_kv_blocks or, on CUDA, sized to the Workshop demo's top level (lab/presets.py)")
         if vllm_count > 1:
             vllm_bytes *= vllm_count
             notes.append(f"vLLM x{vllm_count}: vllm and vllm-engine each hold their own weights and KV pool")

@@ -34,7 +34,8 @@ def number_arg(text: str) -> float:
 # EngineConfig field -> its flag's argparse keywords (the default is the field's own)
 FLAGS = {
     "gpu_memory_utilization": dict(type=number_arg, help="vLLM's share of the GPU's TOTAL memory (not of free memory)"),
-    "kv_cache_gib": dict(type=number_arg, help="KV budget in GiB (CPU default 0.25, 0.5 in float32)"),
+    "kv_cache_gib": dict(type=number_arg, help="KV budget in GiB (CPU default 0.25, 0.5 in float32; GPU default: "
+                         "a pool that holds the Workshop demo's top level)"),
     "block_size": dict(type=whole_arg, help="vLLM KV block size in tokens"),
     "max_num_seqs": dict(type=whole_arg, help="most requests vLLM runs at once"),
     "enforce_eager": dict(action="store_true", default=None,

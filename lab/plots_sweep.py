@@ -12,6 +12,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lab.engines import registry
 from lab.plots import ENGINE_COLORS, LOOK, MIB
 
 PANELS = ("output tok/s", "TTFT / TPOT p50 (ms)", "KV cache", "engine restart (s)")
@@ -36,13 +37,13 @@ def sweep_figure(sweep: dict) -> go.Figure:
         _line(fig, xs, _col(points, f"output_tok_s@{users}"), f"tok/s, {tag}", engine, dash, 1, 1)
         _line(fig, xs, _col(points, f"ttft_p50_s@{users}", 1000), f"TTFT p50, {tag}", "ttft", dash, 1, 2)
         _line(fig, xs, _col(points, f"tpot_p50_s@{users}", 1000), f"TPOT p50, {tag}", "tpot", dash, 1, 2)
-        if engine == "vllm":
+        if registry.spec(engine).kv_pool:
             _line(fig, xs, _col(points, f"kv_peak_used_blocks@{users}"), f"peak used blocks, {tag}", "used", dash,
                   2, 1)
         else:
             _line(fig, xs, _col(points, f"kv_peak_reserved_bytes@{users}", 1 / MIB), f"peak reserved MiB, {tag}",
                   engine, dash, 2, 1)
-    if engine == "vllm":
+    if registry.spec(engine).kv_pool:
         _line(fig, xs, _col(points, "kv_total_blocks"), "blocks in the pool", "total", "solid", 2, 1)
     _line(fig, xs, _col(points, "restart_s"), "restart", "restart", "solid", 2, 2)
     fig.update_xaxes(type="category", title_text=sweep.get("knob", ""))
@@ -60,7 +61,7 @@ def sweep_figure(sweep: dict) -> go.Figure:
 
 
 def _titles(engine: str) -> tuple[str, ...]:
-    kv = "KV blocks: pool and peak used" if engine == "vllm" else "HF peak reserved KV (MiB)"
+    kv = "KV blocks: pool and peak used" if registry.spec(engine).kv_pool else "HF peak reserved KV (MiB)"
     return PANELS[0], PANELS[1], kv, PANELS[3]
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lab.config import EngineConfig, LoadConfig, RunPlan, decimal, parse_users, whole
+from lab.engines import registry
 from lab.environment import read_device, versions
 from lab.experiments import ended
 from lab.runs import RunResult
@@ -254,10 +255,11 @@ def _level_figures(levels: list, users: int, engine: str) -> dict:
     figures = {f"output_tok_s@{users}": median(tok_s),
                f"ttft_p50_s@{users}": median(lvl.summary.ttft_s.p50 for lvl in levels),
                f"tpot_p50_s@{users}": median(lvl.summary.tpot_s.p50 for lvl in levels)}
-    key, field = (("kv_peak_used_blocks", "peak_used_blocks") if engine == "vllm" else
+    pool = registry.spec(engine).kv_pool  # vLLM's blocks and preemptions, else HF's reserved bytes
+    key, field = (("kv_peak_used_blocks", "peak_used_blocks") if pool else
                   ("kv_peak_reserved_bytes", "peak_reserved_bytes"))
     figures[f"{key}@{users}"] = max((v for lvl in levels if (v := lvl.kv.get(field)) is not None), default=None)
-    if engine == "vllm":
+    if pool:
         counted = [n for lvl in levels if (n := lvl.kv.get("preemptions")) is not None]
         figures[f"preemptions@{users}"] = sum(counted) if counted else None  # None: vLLM's counter never read
     if len(levels) > 1:

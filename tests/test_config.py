@@ -68,6 +68,16 @@ def test_memory_plan_fraction_is_of_total_not_free():
     assert plan.vllm_bytes == 40 * GIB and plan.hf_bytes == 16 * GIB
 
 
+
+def test_the_memory_plan_holds_the_pool_vllm_is_given_on_cuda_not_its_whole_share():
+    from lab.engines.vllm import engine_kwargs
+
+    plan = plan_memory(EngineConfig(device="cuda"), gpu(), ("hf", "vllm"), GIB, 23040)
+    blocks = engine_kwargs(EngineConfig(device="cuda"), "m")["num_gpu_blocks_override"]  # the demo-sized pool
+    assert plan.vllm_kv_tokens == blocks * 16 and plan.vllm_kv_bytes == blocks * 16 * 23040
+    assert any(f"{blocks:,} blocks of 16 tokens" in note for note in plan.notes)
+
+
 def test_memory_plan_leaves_room_for_hf():
     with pytest.raises(ValueError, match="HF model needs"):
         plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.95), gpu(), ("hf", "vllm"),

@@ -28,3 +28,13 @@ def test_the_front_matter_is_a_space_card_that_matches_the_repository():
     assert re.fullmatch(r"3\.\d+", str(meta["python_version"]))
     assert meta["suggested_hardware"] in {h.value for h in SpaceHardware}
     assert not meta["suggested_hardware"].startswith(("cpu", "zero")), "vLLM needs a dedicated GPU"
+
+
+def test_the_presenters_link_names_the_spaces_own_address_on_a_space(monkeypatch):
+    from app import page_address, parse_args
+
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv("SPACE_HOST", raising=False)
+    assert page_address(parse_args(["--host", "0.0.0.0", "--port", "8000"])) == "http://127.0.0.1:8000"
+    monkeypatch.setenv("SPACE_HOST", "someone-kv-lab.hf.space")
+    assert page_address(parse_args([])) == "https://someone-kv-lab.hf.space"

@@ -486,6 +486,14 @@ def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_ca
     attendee.fill("#endpoint-url textarea", "http://127.0.0.1:9")
     attendee.click("#connect")
     refused(attendee, "#endpoint-status", "Connecting an endpoint")
+    for tab, name, action in (("KV cache", "kv", "Starting an experiment"), ("Sweeps", "sweep", "Starting a sweep"),
+                              ("Why", "why", "Starting a ladder")):  # every tab's Run says the same
+        attendee.get_by_role("tab", name=tab).click()
+        attendee.wait_for_selector(f"#{name}-run:enabled", timeout=10_000)
+        attendee.click(f"#{name}-run")
+        refused(attendee, f"#{name}-message", action)
+    assert not host.running()
+    attendee.get_by_role("tab", name="Load test").click()
     presenter = open_ready(browser, f"{url}?token={room}")
     wait_text(presenter, "#role", "Presenter:", 20)
     assert "token=" not in presenter.url  # the page drops it from the address bar

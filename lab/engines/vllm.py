@@ -63,7 +63,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
     budget = kv_budget_bytes(config)
     if budget is not None:
         kwargs["kv_cache_memory_bytes"] = budget
-    blocks = config.num_kv_blocks if config.num_kv_blocks is not None else demo_sized_blocks(config)
+    blocks = pool_blocks_override(config)
     if blocks is not None:
         kwargs["num_gpu_blocks_override"] = blocks
     if one_compute_core(config):
@@ -102,6 +102,12 @@ def engine_args(cls, kwargs: dict):
         return config
 
     return type(cls.__name__, (cls,), {"create_engine_config": create_engine_config})(**kwargs)
+
+
+def pool_blocks_override(config: EngineConfig) -> int | None:
+    """The blocks vLLM's pool is forced to (its num_gpu_blocks_override): num_kv_blocks, else the demo-sized
+    default on CUDA; None where vLLM sizes the pool from its memory budget."""
+    return config.num_kv_blocks if config.num_kv_blocks is not None else demo_sized_blocks(config)
 
 
 def demo_sized_blocks(config: EngineConfig) -> int | None:
