@@ -43,7 +43,8 @@ def execute(path: Path, out: Path, timeout_s: float) -> tuple[float, str, list[s
     try:
         client.execute()
     except Exception as exc:  # noqa: BLE001 - said, and the next notebook runs
-        status = f"failed: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}"
+        words = str(exc).strip()
+        status = f"failed: {words.splitlines()[-1] if words else type(exc).__name__}"
     nbformat.write(notebook, out / path.name)
     return time.perf_counter() - began, status, noise(outputs_text(notebook))
 

@@ -98,9 +98,12 @@ class Session:
                         drew.add(fn)
         return changed, drew
 
-    def drew_status(self, fn: int | None, output: dict) -> bool:
-        """Whether the answer ``output`` of event ``fn`` drew the status line (not a skip)."""
-        return fn == self.shape.status_fn and drawn(output, self.shape.status_at)
+    def drew_status(self, fn: int | None, output: dict | bytes) -> bool:
+        """Whether the answer ``output`` of event ``fn`` drew the status line (not a skip); an answer still in its
+        JSON bytes is parsed only when ``fn`` is the status line's event."""
+        if fn != self.shape.status_fn:
+            return False
+        return drawn(json.loads(output) if isinstance(output, bytes) else output, self.shape.status_at)
 
     async def redraw(self, state: int) -> set[int]:
         """Call the change events of ``state`` (unqueued, as the page does); the id of one that drew the status
@@ -116,8 +119,7 @@ class Session:
                 body = await reply.read()  # read whole, as a page does; parsed only where it may draw the status line
             self.stats["errors"] += reply.status != 200
             self.stats["redraws"] += 1
-            status_fn = reply.status == 200 and dep["id"] == self.shape.status_fn
-            if status_fn and self.drew_status(dep["id"], json.loads(body)):
+            if reply.status == 200 and self.drew_status(dep["id"], body):
                 drew.add(dep["id"])
         return drew
 

@@ -122,9 +122,10 @@ def plan_memory(config: EngineConfig, device: DeviceInfo, engines: tuple[str, ..
                     f"which does not even hold the {gib(weights)} of weights plus working memory: raise it"
                 )
         if (blocks := pool_blocks_override(config)) is not None and kv_per_token:
-            kv_tokens = blocks * config.resolved_block_size()
+            size = config.resolved_block_size()
+            kv_tokens = blocks * size
             kv = kv_tokens * kv_per_token
-            notes.append(f"vLLM's KV pool: {blocks:,} blocks of {config.resolved_block_size()} tokens ({gib(kv)}), "
+            notes.append(f"vLLM's KV pool: {blocks:,} blocks of {size} tokens ({gib(kv)}), "
                          "set by num_kv_blocks or, on CUDA, sized to the Workshop demo's top level (lab/presets.py)")
         if vllm_count > 1:
             vllm_bytes *= vllm_count

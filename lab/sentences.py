@@ -311,14 +311,13 @@ def kinds_answer(fields: dict) -> list[str]:
 
 
 def _kinds_line(engine: str, kinds: dict) -> str:
+    held = f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; "
     if engine == "vllm":  # its blocks are counted only while a request holds tokens in them: two kinds are 0 by design
-        return (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; internal fragmentation "
-                f"{kinds['internal']} % (memory x time, measured); reservation and external fragmentation 0 by "
-                "design, not measured apart (a block is taken when a token needs it, and any free block serves any "
-                "request).")
-    return (f"{ENGINE_LABELS[engine]}: {kinds['real']} % of the KV it held held tokens; reservation "
-            f"{kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external fragmentation "
-            f"{kinds['external']} % (memory x time, measured).")
+        return held + (f"internal fragmentation {kinds['internal']} % (memory x time, measured); reservation and "
+                       "external fragmentation 0 by design, not measured apart (a block is taken when a token needs "
+                       "it, and any free block serves any request).")
+    return held + (f"reservation {kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external "
+                   f"fragmentation {kinds['external']} % (memory x time, measured).")
 
 
 def _largest_kind(engine: str, fields: dict) -> str:
