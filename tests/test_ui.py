@@ -248,6 +248,8 @@ def open_ready(browser, url, **options):
     wait_text(page, "#load-status", "Engines ready", 60)
     page.wait_for_function("() => document.querySelector('#estimate')?.innerText.trim()", timeout=30_000)  # the
     #                       page's load events have ended (the estimate comes last): they no longer redraw the form
+    page.wait_for_selector("#run:enabled, #cancel:enabled", timeout=10_000)  # the timer's first buttons redraw
+    #                       came (the layout's Run is disabled when the app was built before the engines loaded)
     return page
 
 
@@ -430,8 +432,8 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     wait_text(second, "#progress", "Running", 30)
     second.wait_for_function("() => document.querySelector('#users textarea').value === '4'", timeout=10_000)
     assert second.input_value("#output-len input") == "64"
-    second.wait_for_selector("#run:disabled", timeout=10_000)  # nothing to press twice; Cancel is there to stop it
-    assert second.is_enabled("#cancel") and second.is_disabled("#demo")
+    second.wait_for_selector("#cancel:enabled", timeout=10_000)  # Cancel is there to stop it; nothing to press twice
+    assert second.is_disabled("#run") and second.is_disabled("#demo")
     assert "already in progress" in client(url).predict(["vllm"], "1", "mixed", 8, BOUND_REQUESTS, 1, 1,
                                                            api_name="/start_run")
     while not any(r.status == "ok" for lvl in host.result.levels for r in lvl.records):
