@@ -7,6 +7,7 @@ the reason, before any model or engine is loaded.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ class Endpoint:
         model: The served model's name; None: the first one its /v1/models lists.
         api_key: Sent as a bearer token; kept out of repr, logs and stored results.
         timeout_s: Longest wait for one whole request.
+        public_only: Connect only to public addresses (``is_public``), each checked as its connection is made:
+            a host name that resolves anew between a check and the connection (DNS rebinding) gets no further.
     """
 
     base_url: str
@@ -52,6 +55,7 @@ class Endpoint:
     model: str | None = None
     api_key: str | None = field(default=None, repr=False, compare=False)
     timeout_s: float = 600.0
+    public_only: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -69,6 +73,14 @@ class Endpoint:
     def public(self) -> dict:
         """What results may store about it (never the key)."""
         return {"name": self.name, "base_url": self.base_url, "model": self.model}
+
+
+def is_public(address: str) -> bool:
+    """Whether an IP address is a public unicast one (an IPv6 scope such as %eth0 is dropped first)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
 
 
 def server_url(url: str) -> str:

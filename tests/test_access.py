@@ -4,7 +4,8 @@ import socket
 
 import pytest
 
-from lab.app.access import HOSTS_ENV, TOKEN_HEADER, Access, is_public
+from lab.app.access import HOSTS_ENV, TOKEN_HEADER, Access
+from lab.config import is_public
 
 TOKEN = "s3cret-token"
 
@@ -81,3 +82,60 @@ def test_the_page_handler_refuses_an_internal_endpoint_before_the_host_sees_it()
     handlers = Handlers(Host(), Guard(Access.for_app("0.0.0.0", environ={})))
     answer, _ = handlers.connect("", "http://10.0.0.5:8000", "", "")
     assert answer.startswith("**Not connected:** endpoint host '10.0.0.5' resolves to 10.0.0.5")
+
+
+@pytest.fixture
+def rebinding(monkeypatch):
+    """A server on 127.0.0.1 and a host name that resolves to a public address at the check, then to 127.0.0.1 (a
+    DNS rebinding attack); yields the URL and the handler's answer."""
+    import http.server
+    import threading
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200), self.send_header("Content-Length", "2"), self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port, real, asked = server.server_address[1], socket.getaddrinfo, []
+
+    def resolve(host, *args, **kwargs):
+        if host != "rebind.example":
+            return real(host, *args, **kwargs)
+        asked.append(host)
+        ip = "93.184.216.34" if len(asked) == 1 else "127.0.0.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    yield f"http://rebind.example:{port}", server
+    server.shutdown()
+
+
+def test_a_name_that_resolves_anew_to_an_internal_address_gets_no_connection(rebinding):
+    from lab.config import Endpoint
+    from lab.engines.openai import probe
+
+    url, server = rebinding
+    access = Access.for_app("0.0.0.0", environ={})
+    assert access.endpoint_refusal(url) is None and access.public_only(url)  # the check saw a public address
+    with pytest.raises(ValueError, match="resolves to 127.0.0.1 now, not a public address: no connection made"):
+        probe(Endpoint(url, model="m", public_only=True))
+    probe(Endpoint(f"http://127.0.0.1:{server.server_address[1]}", model="m"))  # the same server, where allowed
+
+
+def test_an_endpoint_engines_requests_resolve_through_the_public_only_resolver(rebinding):
+    import asyncio
+
+    from lab.config import Endpoint, EngineConfig
+    from lab.engines.openai import OpenAIEngine
+    from lab.model import resolve_model
+
+    url, _ = rebinding
+    assert Access.for_app("0.0.0.0", environ={}).endpoint_refusal(url) is None  # the check saw a public address
+    engine = OpenAIEngine(Endpoint(url, model="m", public_only=True), EngineConfig(device="cpu"), resolve_model(None))
+    with pytest.raises(Exception, match="resolves to 127.0.0.1 now, not a public address"):
+        asyncio.run(engine.start())

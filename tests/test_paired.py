@@ -60,4 +60,5 @@ def test_viewers_verdict_pools_a_count_measured_twice_before_and_after_the_most_
     lines = verdict([block(1, 26.0, 26.2), block(50, 25.0, 25.2), block(1, 24.9, 25.3)]).splitlines()
     assert lines[0] == "hf@1: 25.1 with 50 viewers vs [24.9-26.2] with 1: within"  # the drift between the 1s
     assert verdict([block(1, 26.0, 26.2), block(50, 25.0, 25.2)]).startswith("hf@1: 25.1 with 50 viewers vs "
-                                                                              "[26.0-26.2] with 1: OUTSIDE")
+                                                                              "[26.0-26.2] with 1: OUTSIDE, below")
+    assert verdict([block(1, 26.0, 26.2), block(50, 27.0)]).splitlines()[0].endswith("OUTSIDE, above")

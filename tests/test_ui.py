@@ -109,6 +109,25 @@ def test_a_redraw_is_built_once_per_change_and_shared_by_every_page():
     assert shared.key_now() == 1 and shared()[0] == "v1" and shared()[0] == "v1" and builds == [0, 1]
 
 
+def test_a_room_past_its_tick_budget_slows_every_page_alike_and_a_page_that_left_stops_counting(monkeypatch):
+    import gradio as gr
+
+    from lab.app import ui_timer
+    from lab.app.ui_timer import SLOWEST_TICK_S, Pace
+
+    pace, now = Pace(1.0, budget=10), [0.0]
+    monkeypatch.setattr(ui_timer.time, "monotonic", lambda: now[0])
+    assert [pace.interval(n) for n in (1, 10, 11, 20, 21, 50, 500)] == [1, 1, 2, 2, 3, 5, SLOWEST_TICK_S]
+    assert all(pace.ticked(f"p{i}") == gr.skip() for i in range(10))  # ten pages tick every second
+    slower = pace.ticked("p10")  # the 11th page: it is told 2 s; the first ten learn it at their next tick
+    assert isinstance(slower, gr.Timer) and slower.value == 2
+    assert pace.ticked("p0").value == 2 and pace.ticked("p0") == gr.skip()  # told once
+    now[0] = 2 * SLOWEST_TICK_S - 1
+    pace.ticked("p0")  # ten pages closed: p0 alone ticks on
+    now[0] = 2 * SLOWEST_TICK_S + 0.5
+    assert pace.ticked("p0").value == 1  # back to every second
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -454,6 +473,41 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert host.result.id in stored and "cancelled" in stored[host.result.id]
     first.close()
     second.close()
+
+
+@pytest.mark.ui
+def test_a_page_in_the_browser_ticks_at_the_pace_its_tick_answer_sets(browser):
+    import gradio as gr
+
+    from lab.app.ui_timer import Pace, Ticker
+
+    ticks: dict[str, list[float]] = {}
+
+    class Counted(Pace):
+        def ticked(self, session):
+            ticks.setdefault(session, []).append(time.monotonic())
+            return super().ticked(session)
+
+    with gr.Blocks() as app:
+        shown = gr.Markdown()
+        ticker = Ticker(1.0, {"show_progress": "hidden"}, Counted(1.0, budget=1))  # a room of 1 page a second
+        ticker.add([(lambda: 0, lambda: "drawn", [shown])])
+        ticker.wire()
+    port = free_port()
+    app.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        pages = [browser.new_page() for _ in range(2)]
+        for page in pages:
+            page.goto(f"http://127.0.0.1:{port}/")
+        time.sleep(10)
+        assert len(ticks) == 2
+        for times in ticks.values():  # two pages: each told 2 s at its first tick after the second came
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)][-3:]
+            assert len(gaps) == 3 and all(1.7 < gap < 2.7 for gap in gaps), gaps
+        for page in pages:
+            page.close()
+    finally:
+        app.close()
 
 
 ROOM_TOKEN = "workshop-token-25"

@@ -8,19 +8,21 @@ link app.py prints), which signs that page's session in on the server; an API cl
 on 127.0.0.1 with no token set there is no room, and every page is the presenter's.
 
 An endpoint makes the server fetch a URL. Endpoints are presenter-only, off on a Space unless KVLAB_ENDPOINTS=1,
-and, when the app serves other machines, may reach only public addresses (every address the host name
-resolves to is checked) unless KVLAB_ENDPOINT_HOSTS names the host.
+and, when the app serves other machines, may reach only public addresses unless KVLAB_ENDPOINT_HOSTS names the
+host: every address the host name resolves to is checked before the engine starts, and each connection's own
+address again as it is made (a name that resolves anew, as in DNS rebinding, reaches no internal address).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from lab.config import is_public
 
 TOKEN_ENV = "KVLAB_PRESENTER_TOKEN"
 ENDPOINTS_ENV = "KVLAB_ENDPOINTS"  # "1": endpoints on, on a Space too
@@ -98,10 +100,14 @@ class Access:
         if not self.endpoints_on:
             return (f"endpoints are off on this Space: the server would fetch whatever URL a page names. Its owner "
                     f"may set {ENDPOINTS_ENV}=1 in the Space's settings (only the presenter connects).")
-        host = (urlsplit(url).hostname or "").lower()
-        if self.local or host in self.allowed_hosts:
+        if not self.public_only(url):
             return None
-        return internal_address_refusal(host, urlsplit(url).port)
+        return internal_address_refusal((urlsplit(url).hostname or "").lower(), urlsplit(url).port)
+
+    def public_only(self, url: str) -> bool:
+        """Whether the server may connect to ``url``'s public addresses only (checked here, and again at each
+        connection: Endpoint.public_only)."""
+        return not (self.local or (urlsplit(url).hostname or "").lower() in self.allowed_hosts)
 
 
 def check_token(token: str | None) -> None:
@@ -124,11 +130,3 @@ def internal_address_refusal(host: str, port: int | None) -> str | None:
     return (f"endpoint host {host!r} resolves to {inner[0]}, not a public address (loopback, private, link-local "
             f"and reserved ones are refused): this app serves other machines, so the server connects only to "
             f"public addresses. To allow this host, start the app with {HOSTS_ENV}={host}")
-
-
-def is_public(address: str) -> bool:
-    """Whether an IP address is a public unicast one (an IPv6 scope such as %eth0 is dropped first)."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast

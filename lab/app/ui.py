@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
@@ -74,7 +74,7 @@ PAGE_STYLE = """<style>
 #latency :is(th, td) *, #runs-table :is(th, td) *, #runs-details :is(th, td) * {word-break: normal;
     overflow-wrap: normal; hyphens: none;}
 </style>"""  # the busy line's spinner; table cells wrap between words only
-TICK_S = 1.0  # how often each page asks the host whether anything changed
+TICK_S = 1.0  # how often each page asks the host whether anything changed (a full room asks less: ui_timer.Pace)
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
 HIDDEN = {"show_progress": "hidden"}  # an API event whose answer comes at once: no "0.1s" timer over its line
 
@@ -178,7 +178,8 @@ class Handlers:
         refusal = self.guard.access.endpoint_refusal(endpoint.base_url)
         if refusal:
             return f"**Not connected:** {refusal}", gr.skip()
-        connected, message = self.host.connect_endpoint(endpoint)
+        public_only = self.guard.access.public_only(endpoint.base_url)
+        connected, message = self.host.connect_endpoint(replace(endpoint, public_only=public_only))
         if not connected:
             return f"**Not connected:** {message}", gr.skip()
         return message, gr.update(choices=engine_choices(self.host.engine_names))

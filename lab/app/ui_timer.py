@@ -8,11 +8,15 @@ group's redraw is ``Shared``, built once per value of its key (figures already t
 handed to every page that asks while the key holds; while a run goes its key moves several times a second, so
 a build is at most REBUILD_S old before the next (the tick reads the key of what would be served, so a page never
 keeps a stale build: the newer one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends
-one tick a second whatever the number of tabs (each tick is a queued event, the server's cost per page).
+one tick a second whatever the number of tabs. Each tick is a queued event, the server's cost per page; a room's
+``Pace`` slows every page alike once the room would tick more often than the server's cores can serve cheaply, so
+the room's ticks a second stay bounded however many pages watch.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,30 +30,67 @@ REBUILD_S = 0.9  # a shared build serves newer keys for this long, just under th
 #                  every tick's change
 
 
+ROOM_TICKS_PER_CORE_S = 5  # the ticks a second a room's pages may send, per CPU core of the server: a tick served
+#   costs the page process ~7.6 ms on a 2-core EPYC (docs/results/cpu-viewers.md), so 5 a second is ~4% of a core
+SLOWEST_TICK_S = 5.0  # however full the room, a page asks at least this often
+
+
 class Ticker:
     """The page's one timer: tabs add their groups while the layout is built; ``wire`` (at the end) wires them."""
 
-    def __init__(self, tick_s: float, quiet: dict):
+    def __init__(self, tick_s: float, quiet: dict, pace: Pace | None = None):
         self.tick_s, self.quiet = tick_s, quiet
+        self.pace = pace or Pace(tick_s, ROOM_TICKS_PER_CORE_S * len(os.sched_getaffinity(0)))
         self.groups: list[Group] = []
 
     def add(self, groups: Sequence[Group]) -> None:
         self.groups += groups
 
     def wire(self) -> None:
-        redraw_on_change(self.groups, self.tick_s, self.quiet)
+        redraw_on_change(self.groups, self.tick_s, self.quiet, self.pace)
 
 
-def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict) -> None:
-    """Wire one timer for ``groups`` (call inside the Blocks)."""
+def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: Pace) -> None:
+    """Wire one timer for ``groups`` (call inside the Blocks); each tick also sets the page's pace."""
     keys = [gr.State(None) for _ in groups]
     shown = [redraw if inputs else Shared(key, redraw) for key, redraw, _, *inputs in groups]  # one that reads
     #        the page's own values is the page's own
     read = [getattr(fn, "key_now", group[0]) for fn, group in zip(shown, groups, strict=True)]
+    timer = gr.Timer(tick_s)
+
+    def tick(request: gr.Request) -> list:
+        return [key() for key in read] + [pace.ticked(request.session_hash)]
+
     # queued: only a queued event reports which States it changed, and so fires their change events
-    gr.Timer(tick_s).tick(lambda: [key() for key in read], None, keys, **quiet)
+    timer.tick(tick, None, keys + [timer], **quiet)
     for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):
         state.change(fn, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+
+
+class Pace:
+    """How often the room's pages tick: every ``tick_s`` while the pages that ticked lately, ticking that often,
+    stay within ``budget`` ticks a second; past it every page waits the same whole number of seconds more (up to
+    SLOWEST_TICK_S), so the server's ticks a second stay bounded however many pages watch."""
+
+    def __init__(self, tick_s: float, budget: float):
+        self.tick_s, self.budget = tick_s, budget
+        self._lock = threading.Lock()
+        self._pages: dict[str | None, tuple[float, float]] = {}  # session: (its last tick, the interval it has)
+
+    def interval(self, pages: int) -> float:
+        """Seconds between a page's ticks in a room of ``pages``."""
+        return min(SLOWEST_TICK_S, max(self.tick_s, float(math.ceil(pages * self.tick_s / self.budget))))
+
+    def ticked(self, session: str | None):
+        """Note a page's tick: the page's timer's new interval (a gr.Timer update), or a skip if it keeps its own.
+        A page that has not ticked for two of the slowest intervals has left the room."""
+        now = time.monotonic()
+        with self._lock:
+            pages = {s: seen for s, seen in self._pages.items() if now - seen[0] < 2 * SLOWEST_TICK_S}
+            has = pages.get(session, (now, self.tick_s))[1]
+            interval = self.interval(len(pages | {session: None}))
+            pages[session], self._pages = (now, interval), pages
+        return gr.skip() if interval == has else gr.Timer(interval)
 
 
 class Shared:

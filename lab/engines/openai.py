@@ -25,13 +25,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import errno
 import functools
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 
-from lab.config import API_KEY_ENV, Endpoint, EngineConfig
+from lab.config import API_KEY_ENV, Endpoint, EngineConfig, is_public
 from lab.engines.base import EngineInfo, GenRequest, RequestRejected, SampleBuffer, TokenChunk, check_fits
 from lab.engines.prometheus import Scrape, parse_metrics, to_sample
 
@@ -179,6 +181,82 @@ def _no_redirects():
     return NoRedirect()
 
 
+def public_addresses(host: str, port: int) -> list[tuple]:
+    """The public ones of the addresses ``host`` resolves to now (getaddrinfo's tuples).
+
+    Raises:
+        OSError: it resolves to none (the first address it gave is named).
+    """
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    public = [info for info in found if is_public(info[4][0])]
+    if not public:
+        raise not_public(host, found[0][4][0])
+    return public
+
+
+def not_public(host: str, address: str) -> OSError:
+    """The refusal of a connection to an address that is not public (its strerror is what aiohttp shows)."""
+    return OSError(errno.EACCES, f"{host} resolves to {address} now, not a public address: no connection made")
+
+
+def public_connection(address: tuple, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
+    """socket.create_connection, to the host's public addresses only (resolved as the connection is made)."""
+    host, port = address
+    error: OSError = OSError(f"{host}: no address answered")
+    for family, kind, proto, _, where in public_addresses(host, port):
+        sock = socket.socket(family, kind, proto)
+        try:
+            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(where)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error
+
+
+def _public_handlers() -> list:
+    """urllib's HTTP and HTTPS handlers, their connections made by ``public_connection``."""
+    import http.client
+    import urllib.request
+
+    def checked(connection):
+        class Checked(connection):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self._create_connection = public_connection  # what connect() calls (HTTPS wraps its socket)
+        return Checked
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(checked(http.client.HTTPConnection), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(checked(http.client.HTTPSConnection), req, context=self._context)
+
+    return [Http(), Https()]
+
+
+def public_resolver():
+    """aiohttp's resolver keeping only public addresses (an IP in the URL itself skips it: the endpoint check
+    before the start saw that address)."""
+    import aiohttp
+
+    class Public(aiohttp.ThreadedResolver):
+        async def resolve(self, host, port=0, family=socket.AF_INET):
+            found = await super().resolve(host, port, family)
+            public = [each for each in found if is_public(each["host"])]
+            if not public:
+                raise not_public(host, found[0]["host"])
+            return public
+
+    return Public()
+
+
 def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
     """Check before anything loads that an OpenAI server answers at the endpoint and takes its key.
 
@@ -190,7 +268,9 @@ def probe(endpoint: Endpoint, timeout_s: float = 10.0) -> None:
 
     url = endpoint.base_url.rstrip("/") + "/v1/models"
     headers = auth_headers(endpoint)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _no_redirects())  # no proxy sees the key
+    guards = _public_handlers() if endpoint.public_only else []
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _no_redirects(), *guards)  # no proxy sees
+    #                                                                                                    the key
     try:
         with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout_s):
             return
@@ -246,7 +326,8 @@ class OpenAIEngine:
         from transformers import AutoTokenizer
 
         self.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.model_path)
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)  # no cap: the users are the cap
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300,  # no cap: the users are the cap
+                                         resolver=public_resolver() if self.endpoint.public_only else None)
         self.stamped_on_arrival = note_arrivals(connector)
         timeout = aiohttp.ClientTimeout(total=self.endpoint.timeout_s, sock_connect=10)
         self._session = aiohttp.ClientSession(self.endpoint.base_url.rstrip("/") + "/", connector=connector,
