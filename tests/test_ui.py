@@ -126,6 +126,9 @@ def test_a_room_past_its_tick_budget_slows_every_page_alike_and_a_page_that_left
     pace.ticked("p0")  # ten pages closed: p0 alone ticks on
     now[0] = 2 * SLOWEST_TICK_S + 0.5
     assert pace.ticked("p0").value == 1  # back to every second
+    presenter = Pace(1.0, budget=1, steady=lambda session: session == "presenter")
+    assert presenter.ticked("a") == gr.skip() and presenter.ticked("b").value == 2
+    assert presenter.ticked("presenter") == gr.skip() and presenter.ticked("a").value == 3  # counted, not slowed
 
 
 def free_port() -> int:

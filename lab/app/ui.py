@@ -379,7 +379,8 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
         The Blocks app (not launched).
     """
     quiet_queue_analytics()
-    guard, ticker = Guard(access or Access()), Ticker(TICK_S, QUIET)
+    guard = Guard(access or Access())
+    ticker = Ticker(TICK_S, QUIET, steady=lambda session: session in guard.access.presenters)
     handlers = Handlers(host, guard)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO, elem_id="intro")

@@ -38,9 +38,12 @@ SLOWEST_TICK_S = 5.0  # however full the room, a page asks at least this often
 class Ticker:
     """The page's one timer: tabs add their groups while the layout is built; ``wire`` (at the end) wires them."""
 
-    def __init__(self, tick_s: float, quiet: dict, pace: Pace | None = None):
+    def __init__(self, tick_s: float, quiet: dict, pace: Pace | None = None,
+                 steady: Callable[[str | None], bool] = lambda session: False):
+        """``pace``: the room's (default: this server's budget); pages for which ``steady`` holds (the presenter's)
+        keep ``tick_s`` however full the room."""
         self.tick_s, self.quiet = tick_s, quiet
-        self.pace = pace or Pace(tick_s, ROOM_TICKS_PER_CORE_S * len(os.sched_getaffinity(0)))
+        self.pace = pace or Pace(tick_s, ROOM_TICKS_PER_CORE_S * len(os.sched_getaffinity(0)), steady)
         self.groups: list[Group] = []
 
     def add(self, groups: Sequence[Group]) -> None:
@@ -70,10 +73,11 @@ def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: 
 class Pace:
     """How often the room's pages tick: every ``tick_s`` while the pages that ticked lately, ticking that often,
     stay within ``budget`` ticks a second; past it every page waits the same whole number of seconds more (up to
-    SLOWEST_TICK_S), so the server's ticks a second stay bounded however many pages watch."""
+    SLOWEST_TICK_S), so the server's ticks a second stay bounded however many pages watch. A page for which
+    ``steady`` holds (the presenter's) counts in the room but keeps ``tick_s``."""
 
-    def __init__(self, tick_s: float, budget: float):
-        self.tick_s, self.budget = tick_s, budget
+    def __init__(self, tick_s: float, budget: float, steady: Callable[[str | None], bool] = lambda session: False):
+        self.tick_s, self.budget, self.steady = tick_s, budget, steady
         self._lock = threading.Lock()
         self._pages: dict[str | None, tuple[float, float]] = {}  # session: (its last tick, the interval it has)
 
@@ -88,7 +92,7 @@ class Pace:
         with self._lock:
             pages = {s: seen for s, seen in self._pages.items() if now - seen[0] < 2 * SLOWEST_TICK_S}
             has = pages.get(session, (now, self.tick_s))[1]
-            interval = self.interval(len(pages | {session: None}))
+            interval = self.tick_s if self.steady(session) else self.interval(len(pages | {session: None}))
             pages[session], self._pages = (now, interval), pages
         return gr.skip() if interval == has else gr.Timer(interval)
 
