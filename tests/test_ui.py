@@ -270,8 +270,8 @@ def open_ready(browser, url, **options):
     wait_text(page, "#load-status", "Engines ready", 60)
     page.wait_for_function("() => document.querySelector('#estimate')?.innerText.trim()", timeout=30_000)  # the
     #                       page's load events have ended (the estimate comes last): they no longer redraw the form
-    page.wait_for_selector("#run:enabled, #cancel:enabled", timeout=10_000)  # the timer's first buttons redraw
-    #                       came (the layout's Run is disabled when the app was built before the engines loaded)
+    page.wait_for_selector("#run:enabled, #cancel:enabled", timeout=10_000)  # the load's buttons redraw came (the
+    #                       layout's Run is disabled when the app was built before the engines loaded)
     return page
 
 
@@ -611,6 +611,8 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     health = json.loads(capsys.readouterr().out)["health"]
     assert health["vllm"]["state"] == "dead" and "signal 9" in health["vllm"]["reason"]
     assert health["hf"]["state"] == "alive"
+    page.wait_for_selector("#run:enabled", timeout=10_000)  # the page drew the run's end (its buttons may lag the
+    #                        status line by a tick): the next Run disabled is the restart's
     page.click("#restart")
     wait_text(page, "#message", "Restarting vllm", 20)
     page.wait_for_selector("#run:disabled", timeout=10_000)  # the restart runs to its end: nothing to cancel

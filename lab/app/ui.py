@@ -404,6 +404,8 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
         _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
         ticker.wire()  # one timer for every tab's groups
         app.load(handlers.status_lines, None, header[:3], queue=False, **QUIET)  # at once, not behind a room's ticks
+        starts, stops = buttons  # and what may be pressed (the layout's buttons are as the app was built)
+        app.load(partial(handlers.buttons, len(starts), len(stops)), None, starts + stops, queue=False, **QUIET)
         app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
         app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
         app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
