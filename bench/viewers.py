@@ -52,6 +52,7 @@ class AppShape:
         deps = config["dependencies"]
         self.prefix = config.get("api_prefix", "/gradio_api")
         self.ticks = [d for d in deps if d["backend_fn"] and any(e == "tick" for _, e in d["targets"])]
+        self.timers = {t for d in self.ticks for t, _ in d["targets"]}  # a tick sends its timer's interval
         self.timer_at = {d["id"]: d["outputs"].index(t) for d in self.ticks for t, _ in d["targets"]
                          if t in d["outputs"]}  # a tick that sets its own timer's interval: where in its answer
         loads = [d for d in deps if d["backend_fn"] and any(e == "load" for _, e in d["targets"])]
@@ -78,8 +79,9 @@ class Session:
         self.interval = TICK_S  # as the page's timer has it
 
     def body(self, dep: dict, trigger: int | None) -> dict:
-        return {"data": [self.shape.values.get(i) for i in dep["inputs"]], "event_data": None, "fn_index": dep["id"],
-                "trigger_id": trigger, "session_hash": self.hash}
+        data = [self.interval if i in self.shape.timers else self.shape.values.get(i) for i in dep["inputs"]]
+        return {"data": data, "event_data": None, "fn_index": dep["id"], "trigger_id": trigger,
+                "session_hash": self.hash}
 
     async def queued(self, deps: list[dict]) -> tuple[list[int], set[int]]:
         """Join ``deps`` on the queue and read this session's stream until all are answered: the changed States,

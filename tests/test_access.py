@@ -84,6 +84,24 @@ def test_the_page_handler_refuses_an_internal_endpoint_before_the_host_sees_it()
     assert answer.startswith("**Not connected:** endpoint host '10.0.0.5' resolves to 10.0.0.5")
 
 
+def test_the_page_handler_hands_the_host_an_endpoint_held_to_public_addresses_where_the_rules_say(monkeypatch):
+    from lab.app.ui import Handlers
+    from lab.app.ui_access import Guard
+
+    asked = []
+
+    class Host:
+        def connect_endpoint(self, endpoint):
+            asked.append(endpoint.public_only)
+            return False, "not here"
+
+    public = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 8000))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: public)
+    for host, environ in (("0.0.0.0", {}), ("0.0.0.0", {HOSTS_ENV: "gpu.example"}), ("127.0.0.1", {})):
+        Handlers(Host(), Guard(Access.for_app(host, environ=environ))).connect("", "http://gpu.example:8000", "", "")
+    assert asked == [True, False, False]  # served to others; an allowed host; this machine's own app
+
+
 @pytest.fixture
 def rebinding(monkeypatch):
     """A server on 127.0.0.1 and a host name that resolves to a public address at the check, then to 127.0.0.1 (a

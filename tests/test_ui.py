@@ -115,20 +115,40 @@ def test_a_room_past_its_tick_budget_slows_every_page_alike_and_a_page_that_left
     from lab.app import ui_timer
     from lab.app.ui_timer import SLOWEST_TICK_S, Pace
 
-    pace, now = Pace(1.0, budget=10), [0.0]
+    pace, now, has = Pace(1.0, budget=10), [0.0], {}
     monkeypatch.setattr(ui_timer.time, "monotonic", lambda: now[0])
     assert [pace.interval(n) for n in (1, 10, 11, 20, 21, 50, 500)] == [1, 1, 2, 2, 3, 5, SLOWEST_TICK_S]
-    assert all(pace.ticked(f"p{i}") == gr.skip() for i in range(10))  # ten pages tick every second
-    slower = pace.ticked("p10")  # the 11th page: it is told 2 s; the first ten learn it at their next tick
-    assert isinstance(slower, gr.Timer) and slower.value == 2
-    assert pace.ticked("p0").value == 2 and pace.ticked("p0") == gr.skip()  # told once
+    assert Pace(0.5, budget=10).interval(20) == 2  # 10 ticks a second, whatever the page's own tick
+
+    def tick(page, pace=pace):  # a page keeps the interval it is told, as a browser's timer does
+        told = pace.ticked(page, has.setdefault(page, 1.0))
+        has[page] = told.value if isinstance(told, gr.Timer) else has[page]
+        return told
+
+    assert all(tick(f"p{i}") == gr.skip() for i in range(10))  # ten pages tick every second
+    assert tick("p10").value == 2  # the 11th page is told 2 s; the first ten learn it at their next tick
+    assert tick("p0").value == 2 and tick("p0") == gr.skip()  # told once
     now[0] = 2 * SLOWEST_TICK_S - 1
-    pace.ticked("p0")  # ten pages closed: p0 alone ticks on
+    tick("p0")  # ten pages closed: p0 alone ticks on
     now[0] = 2 * SLOWEST_TICK_S + 0.5
-    assert pace.ticked("p0").value == 1  # back to every second
+    assert tick("p0").value == 1  # back to every second
+    has["tab"], now[0] = 5.0, 100.0  # a background tab told 5 s, quiet for long: the room emptied meanwhile
+    assert tick("tab").value == 1
     presenter = Pace(1.0, budget=1, steady=lambda session: session == "presenter")
-    assert presenter.ticked("a") == gr.skip() and presenter.ticked("b").value == 2
-    assert presenter.ticked("presenter") == gr.skip() and presenter.ticked("a").value == 3  # counted, not slowed
+    assert tick("a", presenter) == gr.skip() and tick("b", presenter).value == 2
+    assert tick("presenter", presenter) == gr.skip() and tick("a", presenter).value == 3  # counted, not slowed
+
+
+def test_the_server_counts_the_cores_its_container_may_use(monkeypatch, tmp_path):
+    from lab.app import ui_timer
+
+    monkeypatch.setattr(ui_timer.os, "sched_getaffinity", lambda pid: set(range(16)))
+    quota = tmp_path / "cpu.max"
+    monkeypatch.setattr(ui_timer, "Path", lambda where: quota)  # the only path it reads
+    quota.write_text("200000 100000\n")
+    assert ui_timer.server_cores() == 2.0  # a quota of 2 cores on a 16-core host
+    quota.write_text("max 100000\n")
+    assert ui_timer.server_cores() == 16.0
 
 
 def free_port() -> int:
@@ -487,9 +507,9 @@ def test_a_page_in_the_browser_ticks_at_the_pace_its_tick_answer_sets(browser):
     ticks: dict[str, list[float]] = {}
 
     class Counted(Pace):
-        def ticked(self, session):
+        def ticked(self, session, has):
             ticks.setdefault(session, []).append(time.monotonic())
-            return super().ticked(session)
+            return super().ticked(session, has)
 
     with gr.Blocks() as app:
         shown = gr.Markdown()

@@ -44,7 +44,7 @@ from lab.app.seam import Host
 from lab.app.ui_access import Guard, sign_in_line
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
-from lab.app.ui_timer import Ticker
+from lab.app.ui_timer import Pace, Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
@@ -380,7 +380,7 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
     """
     quiet_queue_analytics()
     guard = Guard(access or Access())
-    ticker = Ticker(TICK_S, QUIET, steady=lambda session: session in guard.access.presenters)
+    ticker = Ticker(TICK_S, QUIET, Pace.for_server(TICK_S, steady=lambda session: session in guard.access.presenters))
     handlers = Handlers(host, guard)
     with gr.Blocks(title="KV Lab") as app:
         gr.Markdown(INTRO, elem_id="intro")

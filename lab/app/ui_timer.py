@@ -9,17 +9,19 @@ handed to every page that asks while the key holds; while a run goes its key mov
 a build is at most REBUILD_S old before the next (the tick reads the key of what would be served, so a page never
 keeps a stale build: the newer one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends
 one tick a second whatever the number of tabs. Each tick is a queued event, the server's cost per page; a room's
-``Pace`` slows every page alike once the room would tick more often than the server's cores can serve cheaply, so
-the room's ticks a second stay bounded however many pages watch.
+``Pace`` slows every page alike once the room would tick more often than the server's cores serve cheaply (up to
+5 s a tick: past 25 pages per core the room's ticks grow again, five times slower than with no pace).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import gradio as gr
 from gradio.components.plot import PlotData
@@ -38,12 +40,9 @@ SLOWEST_TICK_S = 5.0  # however full the room, a page asks at least this often
 class Ticker:
     """The page's one timer: tabs add their groups while the layout is built; ``wire`` (at the end) wires them."""
 
-    def __init__(self, tick_s: float, quiet: dict, pace: Pace | None = None,
-                 steady: Callable[[str | None], bool] = lambda session: False):
-        """``pace``: the room's (default: this server's budget); pages for which ``steady`` holds (the presenter's)
-        keep ``tick_s`` however full the room."""
+    def __init__(self, tick_s: float, quiet: dict, pace: Pace | None = None):
         self.tick_s, self.quiet = tick_s, quiet
-        self.pace = pace or Pace(tick_s, ROOM_TICKS_PER_CORE_S * len(os.sched_getaffinity(0)), steady)
+        self.pace = pace or Pace.for_server(tick_s)
         self.groups: list[Group] = []
 
     def add(self, groups: Sequence[Group]) -> None:
@@ -54,47 +53,62 @@ class Ticker:
 
 
 def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: Pace) -> None:
-    """Wire one timer for ``groups`` (call inside the Blocks); each tick also sets the page's pace."""
+    """Wire one timer for ``groups`` (call inside the Blocks); each tick reads the page's interval and may set it."""
     keys = [gr.State(None) for _ in groups]
     shown = [redraw if inputs else Shared(key, redraw) for key, redraw, _, *inputs in groups]  # one that reads
     #        the page's own values is the page's own
     read = [getattr(fn, "key_now", group[0]) for fn, group in zip(shown, groups, strict=True)]
     timer = gr.Timer(tick_s)
 
-    def tick(request: gr.Request) -> list:
-        return [key() for key in read] + [pace.ticked(request.session_hash)]
+    def tick(interval: float, request: gr.Request) -> list:
+        return [key() for key in read] + [pace.ticked(request.session_hash, interval)]
 
     # queued: only a queued event reports which States it changed, and so fires their change events
-    timer.tick(tick, None, keys + [timer], **quiet)
+    timer.tick(tick, timer, keys + [timer], **quiet)
     for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):
         state.change(fn, inputs[0] if inputs else None, outputs, queue=False, **quiet)
 
 
 class Pace:
-    """How often the room's pages tick: every ``tick_s`` while the pages that ticked lately, ticking that often,
-    stay within ``budget`` ticks a second; past it every page waits the same whole number of seconds more (up to
-    SLOWEST_TICK_S), so the server's ticks a second stay bounded however many pages watch. A page for which
-    ``steady`` holds (the presenter's) counts in the room but keeps ``tick_s``."""
+    """How often the room's pages tick: every ``tick_s`` while the pages that ticked lately stay within ``budget``
+    ticks a second; past it every page waits the same whole number of seconds, enough to keep the room within the
+    budget, up to SLOWEST_TICK_S. So the room's ticks a second stay within the budget up to SLOWEST_TICK_S x budget
+    pages (50 on 2 cores), and grow by one every SLOWEST_TICK_S for each page past that. A page for which ``steady``
+    holds (the presenter's) counts in the room but keeps ``tick_s``. Pages are trusted to keep the pace they are
+    told, as a browser does."""
 
     def __init__(self, tick_s: float, budget: float, steady: Callable[[str | None], bool] = lambda session: False):
         self.tick_s, self.budget, self.steady = tick_s, budget, steady
         self._lock = threading.Lock()
-        self._pages: dict[str | None, tuple[float, float]] = {}  # session: (its last tick, the interval it has)
+        self._seen: dict[str | None, float] = {}  # session: when it last ticked
+
+    @classmethod
+    def for_server(cls, tick_s: float, steady: Callable[[str | None], bool] = lambda session: False) -> Pace:
+        """The pace of this server: ROOM_TICKS_PER_CORE_S for each of its cores."""
+        return cls(tick_s, ROOM_TICKS_PER_CORE_S * server_cores(), steady)
 
     def interval(self, pages: int) -> float:
-        """Seconds between a page's ticks in a room of ``pages``."""
-        return min(SLOWEST_TICK_S, max(self.tick_s, float(math.ceil(pages * self.tick_s / self.budget))))
+        """Seconds between a page's ticks in a room of ``pages`` (within the budget: pages / interval <= budget)."""
+        return min(SLOWEST_TICK_S, max(self.tick_s, float(math.ceil(pages / self.budget))))
 
-    def ticked(self, session: str | None):
-        """Note a page's tick: the page's timer's new interval (a gr.Timer update), or a skip if it keeps its own.
-        A page that has not ticked for two of the slowest intervals has left the room."""
+    def ticked(self, session: str | None, has: float) -> dict | gr.Timer:
+        """Note a page's tick (its timer's interval is ``has``): a gr.Timer update with the interval it should
+        have, or a skip where it has it. A page that has not ticked for two of the slowest intervals has left."""
         now = time.monotonic()
         with self._lock:
-            pages = {s: seen for s, seen in self._pages.items() if now - seen[0] < 2 * SLOWEST_TICK_S}
-            has = pages.get(session, (now, self.tick_s))[1]
-            interval = self.tick_s if self.steady(session) else self.interval(len(pages | {session: None}))
-            pages[session], self._pages = (now, interval), pages
+            self._seen = {s: at for s, at in self._seen.items() if now - at < 2 * SLOWEST_TICK_S} | {session: now}
+            interval = self.tick_s if self.steady(session) else self.interval(len(self._seen))
         return gr.skip() if interval == has else gr.Timer(interval)
+
+
+def server_cores() -> float:
+    """The CPU cores this process may use: its affinity, or its container's CPU quota where that is lower (a
+    container limited by a quota, not pinned, sees every core of its host in its affinity)."""
+    cores = float(len(os.sched_getaffinity(0)))
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        cores = min(cores, int(quota) / int(period)) if quota != "max" else cores
+    return cores
 
 
 class Shared:
