@@ -143,6 +143,16 @@ def test_a_name_that_resolves_anew_to_an_internal_address_gets_no_connection(reb
     with pytest.raises(ValueError, match="resolves to 127.0.0.1 now, not a public address: no connection made"):
         probe(Endpoint(url, model="m", public_only=True))
     probe(Endpoint(f"http://127.0.0.1:{server.server_address[1]}", model="m"))  # the same server, where allowed
+    with pytest.raises(ValueError, match="resolves to 127.0.0.1 now"):  # HTTPS: refused before any TLS
+        probe(Endpoint(url.replace("http:", "https:"), model="m", public_only=True))
+
+
+def test_a_connection_to_an_ipv6_loopback_or_a_mapped_private_address_is_refused():
+    from lab.engines.openai import public_connection
+
+    for host in ("::1", "::ffff:10.0.0.5"):
+        with pytest.raises(OSError, match=f"{host} resolves to {host} now, not a public address"):
+            public_connection((host, 9))
 
 
 def test_an_endpoint_engines_requests_resolve_through_the_public_only_resolver(rebinding):
