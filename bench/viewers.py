@@ -114,8 +114,8 @@ class Session:
 
     def follow_pace(self, fn: int | None, output: dict) -> None:
         """Take the interval a tick's answer set for the page's timer, as the page's timer does."""
-        at, data = self.shape.timer_at.get(fn), output.get("data") or []
-        value = data[at] if at is not None and at < len(data) else None
+        at = self.shape.timer_at.get(fn)
+        value = answered(output, at) if at is not None else None
         if isinstance(value, dict) and "value" in value:
             self.interval = float(value["value"])
 
@@ -169,10 +169,15 @@ async def app_shape(http, url: str) -> AppShape:
         return AppShape(await reply.json())
 
 
+def answered(output: dict, at: int):
+    """An event's answer for its output ``at`` (None where the answer holds none)."""
+    data = output.get("data") or []
+    return data[at] if at < len(data) else None
+
+
 def drawn(output: dict, at: int) -> bool:
     """Whether an event's answer set its output ``at`` (not a skip: an update with no value)."""
-    data = output.get("data") or []
-    value = data[at] if at < len(data) else None
+    value = answered(output, at)
     return not (isinstance(value, dict) and value.get("__type__") == "update" and "value" not in value)
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
@@ -399,13 +400,14 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
-        buttons = ([load.run, load.demo, why.run, kv.run, sweeps.run],
-                   [load.cancel, why.cancel, kv.cancel, sweeps.cancel])
+        starts = [load.run, load.demo, why.run, kv.run, sweeps.run]
+        stops = [load.cancel, why.cancel, kv.cancel, sweeps.cancel]
+        buttons = (partial(handlers.buttons, len(starts), len(stops)), starts + stops)
         _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
         ticker.wire()  # one timer for every tab's groups
         app.load(handlers.status_lines, None, header[:3], queue=False, **QUIET)  # at once, not behind a room's ticks
-        starts, stops = buttons  # and what may be pressed (the layout's buttons are as the app was built)
-        app.load(partial(handlers.buttons, len(starts), len(stops)), None, starts + stops, queue=False, **QUIET)
+        app.load(buttons[0], None, buttons[1], queue=False, **QUIET)  # and what may be pressed (the layout's is as
+        #                                                                the app was built)
         app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
         app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
         app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
@@ -553,11 +555,10 @@ def _environment_tab() -> EnvironmentTab:
 
 
 def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
-                buttons: tuple[list, list], ticker: Ticker) -> None:
+                buttons: tuple[Callable, list], ticker: Ticker) -> None:
     """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
-    (``header``: the status line, the agreement warning, Restart and the busy line; ``buttons``: the start
-    buttons and the Cancel buttons of every tab)."""
-    starts, stops = buttons
+    (``header``: the status line, the agreement warning, Restart and the busy line; ``buttons``: the redraw of
+    every tab's start and Cancel buttons, and those buttons)."""
     form = parts(load.form)
     groups = [
         (handlers.status_key, handlers.status_lines, header[:3]),
@@ -568,7 +569,7 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.finished_key, handlers.estimate, [load.estimate], form),  # what the run just taught
         (handlers.ready_key, handlers.environment, env.shown),
-        (handlers.buttons_key, partial(handlers.buttons, len(starts), len(stops)), starts + stops),
+        (handlers.buttons_key, *buttons),
     ]
     ticker.add(groups)
 

@@ -181,39 +181,27 @@ def _no_redirects():
     return NoRedirect()
 
 
-def public_addresses(host: str, port: int) -> list[tuple]:
-    """The public ones of the addresses ``host`` resolves to now (getaddrinfo's tuples).
+def only_public(host: str, found: list, address_of) -> list:
+    """The public ones of the addresses ``host`` resolved to (``found``; ``address_of`` reads one's IP).
 
     Raises:
-        OSError: it resolves to none (the first address it gave is named).
+        OSError: none is public (EACCES, the first address named: its strerror is what aiohttp shows).
     """
-    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    public = [info for info in found if is_public(info[4][0])]
+    public = [each for each in found if is_public(address_of(each))]
     if not public:
-        raise not_public(host, found[0][4][0])
+        raise OSError(errno.EACCES, f"{host} resolves to {address_of(found[0])} now, not a public address: no "
+                                    f"connection made")
     return public
-
-
-def not_public(host: str, address: str) -> OSError:
-    """The refusal of a connection to an address that is not public (its strerror is what aiohttp shows)."""
-    return OSError(errno.EACCES, f"{host} resolves to {address} now, not a public address: no connection made")
 
 
 def public_connection(address: tuple, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
     """socket.create_connection, to the host's public addresses only (resolved as the connection is made)."""
     host, port = address
     error: OSError = OSError(f"{host}: no address answered")
-    for family, kind, proto, _, where in public_addresses(host, port):
-        sock = socket.socket(family, kind, proto)
+    for *_, where in only_public(host, socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), lambda i: i[4][0]):
         try:
-            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
-                sock.settimeout(timeout)
-            if source_address:
-                sock.bind(source_address)
-            sock.connect(where)
-            return sock
+            return socket.create_connection(where[:2], timeout, source_address)  # an IP: no second lookup
         except OSError as exc:
-            sock.close()
             error = exc
     raise error
 
@@ -248,11 +236,7 @@ def public_resolver():
 
     class Public(aiohttp.ThreadedResolver):
         async def resolve(self, host, port=0, family=socket.AF_INET):
-            found = await super().resolve(host, port, family)
-            public = [each for each in found if is_public(each["host"])]
-            if not public:
-                raise not_public(host, found[0]["host"])
-            return public
+            return only_public(host, await super().resolve(host, port, family), lambda each: each["host"])
 
     return Public()
 
