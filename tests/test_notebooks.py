@@ -24,14 +24,17 @@ HALF = ("02", "03", "05")  # about half of the ~13 minutes they take on 2 cores 
 
 
 class Borrowed:
-    """A shared session as one notebook sees it: everything is the session's, but its closing ``stop()`` only
-    marks this notebook done (``engines`` then reads empty, as after a real stop)."""
+    """A shared session as one notebook sees it: everything is the session's, except that ``engines`` reads only
+    the engines the notebook asked for, and its closing ``stop()`` only marks this notebook done (``engines`` then
+    reads empty, as after a real stop)."""
 
-    def __init__(self, session):
-        vars(self).update(_session=session, _stopped=False)
+    def __init__(self, session, engines):
+        vars(self).update(_session=session, _engines=tuple(engines), _stopped=False)
 
     def __getattr__(self, name):
-        return {} if name == "engines" and self._stopped else getattr(self._session, name)
+        if name == "engines":
+            return {} if self._stopped else {n: e for n, e in self._session.engines.items() if n in self._engines}
+        return getattr(self._session, name)
 
     def __setattr__(self, name, value):
         setattr(self._session, name, value)
@@ -41,21 +44,25 @@ class Borrowed:
 
 
 def shared_sessions():
-    """One event loop, and one started session per engine set, for every notebook of this module. A learner's
-    notebook starts and stops its own engines; here each set starts once (a vLLM start is 13-35 s on 2 cores,
-    mostly imports in a new process: CI's time) and is stopped at the module's end."""
+    """One event loop, and started sessions shared by every notebook of this module. A learner's notebook starts
+    and stops its own engines; here a notebook gets a session already started with the same settings and at least
+    its engines (a vLLM start is 13-35 s on 2 cores, mostly imports in a new process: CI's time), else a new one;
+    all are stopped at the module's end. Each level resets vLLM's prefix cache, so no notebook inherits another's
+    cached blocks."""
     from lab.notebook import quiet_engines
     from lab.session import LabSession
 
     loop, sessions = asyncio.new_event_loop(), {}
 
     async def start_session(engines=("hf", "vllm"), **overrides):
-        key = (tuple(engines), tuple(sorted(overrides.items())))
-        if key not in sessions:
+        settings = tuple(sorted(overrides.items()))
+        key = next((k for k in sessions if k[1] == settings and set(engines) <= set(k[0])), None)
+        if key is None:
             quiet_engines()
+            key = (tuple(engines), settings)
             sessions[key] = LabSession(EngineConfig(**overrides), engines)
             await sessions[key].start()
-        return Borrowed(sessions[key])
+        return Borrowed(sessions[key], engines)
 
     yield loop, start_session
     for session in sessions.values():
