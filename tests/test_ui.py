@@ -447,8 +447,8 @@ def test_a_page_opened_after_a_run_shows_its_settings_plots_and_estimate_at_1280
 
 @pytest.fixture(scope="class")
 def form(served, browser):
-    """One page for a class of refusals (a new page costs ~4 s on 2 cores); each test leaves the form as it found
-    it, its error gone from the message line."""
+    """One page for a class of refusals (a new page costs ~4 s on 2 cores); each test sets the user levels it
+    needs, puts back every other field it typed into, and leaves its error gone from the message line."""
     page = open_ready(browser, served[1])
     yield page
     page.close()
@@ -472,12 +472,13 @@ class TestRefusalsOnOnePage:
     ])
     def test_bad_input_shows_a_message_and_the_app_keeps_serving(self, served, form, users, output_len, expected):
         host, url = served
+        kept = form.input_value("#output-len input")
         submit(form, users, output_len)
         wait_text(form, "#message", expected, 20)
         assert "Input error" in form.inner_text("#message")
         assert not host.running()
         assert client(url).predict(api_name="/cancel") == "No run in progress."
-        form.fill("#output-len input", "0")
+        form.fill("#output-len input", kept)
         clear_error(form)
 
     @pytest.mark.parametrize("fields, expected", [

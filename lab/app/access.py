@@ -102,7 +102,8 @@ class Access:
                     f"may set {ENDPOINTS_ENV}=1 in the Space's settings (only the presenter connects).")
         if not self.public_only(url):
             return None
-        return internal_address_refusal((urlsplit(url).hostname or "").lower(), urlsplit(url).port)
+        parts = urlsplit(url)
+        return internal_address_refusal((parts.hostname or "").lower(), parts.port)
 
     def public_only(self, url: str) -> bool:
         """Whether the server may connect to ``url``'s public addresses only (checked here, and again at each
