@@ -608,7 +608,7 @@ def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_ca
     refused(attendee, "#message", "Starting a run")
     assert not host.running()
     attendee.click("text=Add an endpoint")
-    attendee.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    typed(attendee, "#endpoint-url textarea", "http://127.0.0.1:9")
     attendee.click("#connect")
     refused(attendee, "#endpoint-status", "Connecting an endpoint")
     for tab, name, action in (("KV cache", "kv", "Starting an experiment"), ("Sweeps", "sweep", "Starting a sweep"),
@@ -634,7 +634,7 @@ def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_ca
     while host.running() and time.monotonic() < deadline:  # the cancelled run's task ends just after its result
         time.sleep(0.1)
     presenter.click("text=Add an endpoint")
-    presenter.fill("#endpoint-url textarea", "http://127.0.0.1:9")
+    typed(presenter, "#endpoint-url textarea", "http://127.0.0.1:9")
     presenter.click("#connect")  # past the guard: the host tries it
     try:
         wait_text(presenter, "#endpoint-status", "nothing answers at http://127.0.0.1:9", 20)
