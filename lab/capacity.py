@@ -1,0 +1,898 @@
+"""Capacity under a latency target: how many users (or requests per second) each engine serves while its
+latency percentiles stay within the target.
+
+    python -m lab capacity --slo ttft_p95=2s,tpot_p95=150ms [--engines hf,vllm] [--max-users N] --out DIR
+
+The search policy is pure and separate from the I/O: ``next_level`` reads the levels probed so far (each met or
+not) and names the next one, or None when the answer is known. Closed loop (users), it doubles the users from 1
+until a level misses the target, then bisects between the last level that met it and the first that missed, down
+to adjacent levels; it stops at --max-users (capacity "at least" that many). With --rate-search it does the same
+on an open-loop request rate from --start-rate (halving first while the start misses), until the bracket is
+within ``RATE_RESOLUTION`` of its top. ``search`` drives any ``probe(level, repeat)`` coroutine through it, so the
+tests run it on a fake probe and the CLI on the lab's engines (``run_level``, as ``bench`` runs a level).
+
+A probe's size: closed loop, every user sends at least --requests-per-user (3) and the probe at least
+--min-requests (20) in all, so that the 1-user probe's p95 rests on 20 requests, not 3 (a p95 of 20 samples still
+moves with one slow request: the margin below repeats the doubtful ones). Open loop, a probe schedules at least
+--min-requests and at least ``RATE_PROBE_S`` seconds of arrivals. A probe whose percentile sits within ``NEAR``
+(10%) of a limit is run once more, and its level is decided on the mean of the two runs' percentiles; both runs
+are kept. A failed request counts as a miss above every limit (a p95 is None when the rank falls among them).
+
+Little's law (L = lambda x W) is checked per probe: closed loop, the users set against the computed mean number
+in the system (throughput x mean time in system); open loop, the computed L at the offered rate against the
+measured mean number in system (sum of times in system / window). A probe within ``STEADY`` (10%) is steady.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+from lab.config import DECIMAL, MAX_RATE, MAX_REQUESTS, MAX_USERS, SLO_METRICS, LoadConfig, RunPlan, parse_slo
+from lab.engines import registry
+from lab.engines.base import EngineFault
+from lab.environment import read_device, versions
+from lab.metrics import e2e_from_schedule_s, itls_s, percentile, ratio_pairs, summarize, tpot_s, ttft_from_schedule_s
+from lab.runs import REQUEST_COLUMNS, SETTLE_S, RunResult, request_rows, run_level, warm_up
+from lab.status import RequestStatus
+from lab.tasks import TaskResult, supervise
+
+log = logging.getLogger(__name__)
+
+METRICS = ("ttft", "tpot", "itl", "e2e")  # what a capacity target may bound (lab.metrics defines each)
+PERCENTILES = (50.0, 99.9)  # a target's percentile: from the median to p99.9 (p100 is one request, an outlier)
+DEFAULT_PERCENTILE = 95.0  # a target written without _pNN
+NEAR = 0.10  # a percentile within 10% of its limit: one more run of that level decides it
+STEADY = 0.10  # Little's law within 10%: the probe measured a steady state
+REQUESTS_PER_USER = 3  # every user sends at least this many per probe
+MIN_REQUESTS = 20  # a probe sends at least this many (p95 of 20: the 19th-20th of them)
+RATE_PROBE_S = 10.0  # an open-loop probe schedules at least this many seconds of arrivals
+RATE_FLOOR = 64  # a rate search that misses at its start halves down to start / 64 at most
+RATE_RESOLUTION = 0.10  # a rate search stops when the bracket is within 10% of its top
+DEFAULT_TIME_LIMIT_S = 1800.0  # half an hour: a CPU search of two engines to 16 users fits
+MAX_TIME_LIMIT_S = 86400.0  # a day: past it a typo (100000 for 100) would hold the lab for days
+TIME_LIMIT = "time limit"  # why a search stopped early (capacity.json's ``ended``)
+
+
+# -- targets ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """One latency target: this percentile of this metric at most ``limit_s`` seconds."""
+
+    metric: str
+    percentile: float
+    limit_s: float
+
+    @property
+    def name(self) -> str:
+        """'ttft_p95', as --slo writes it."""
+        return f"{self.metric}_p{self.percentile:g}"
+
+    def words(self) -> str:
+        """'ttft_p95 <= 2 s'."""
+        return f"{self.name} <= {seconds_words(self.limit_s)}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **dataclasses.asdict(self)}
+
+
+def parse_targets(text: str) -> tuple[Target, ...]:
+    """'ttft_p95=2s,tpot_p95=150ms' as Targets (lab.config.parse_slo splits it; a bare metric is its p95).
+
+    Raises:
+        ValueError: no target, an unknown metric, a percentile outside PERCENTILES, a limit of 0 or below, or a
+            target given twice; each message names the value, the limit and what to write instead.
+    """
+    pairs = parse_slo(text)
+    if not pairs:
+        raise ValueError("--slo: give at least one latency target, e.g. --slo ttft_p95=2s,tpot_p95=150ms")
+    targets = tuple(target(name, limit) for name, limit in pairs)
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--slo: each target once, got {', '.join(names)}")
+    return targets
+
+
+def target(name: str, limit: float) -> Target:
+    """One NAME=LIMIT pair as a Target (ValueError naming what is wrong)."""
+    metric, _, suffix = name.partition("_p")
+    if metric not in METRICS:
+        raise ValueError(f"--slo: unknown metric {metric!r} in {name!r}; use one of {', '.join(METRICS)}, with a "
+                         f"percentile suffix _pNN (e.g. ttft_p95=2s)")
+    low, high = PERCENTILES
+    if suffix and not DECIMAL.fullmatch(suffix):
+        raise ValueError(f"--slo: {name!r}: after _p give a percentile from {low:g} to {high:g} (e.g. {metric}_p95)")
+    pct = float(suffix) if suffix else DEFAULT_PERCENTILE
+    if not low <= pct <= high:
+        raise ValueError(f"--slo: {name}: percentile {pct:g} is outside {low:g}-{high:g}; use e.g. {metric}_p99")
+    if limit <= 0:
+        raise ValueError(f"--slo: {name} must be a positive time (e.g. {name}=2s or {name}=150ms), not {limit:g}")
+    return Target(metric, pct, limit)
+
+
+def seconds_words(value: float | None) -> str:
+    """'2 s', '150 ms', '0.41 s' -> '410 ms'; '-' for None."""
+    if value is None:
+        return "-"
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+# -- the search policy (pure) ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Space:
+    """Where a search looks: from ``start``, doubling up to ``most`` or halving down to ``least``; whole levels
+    (users) stop at adjacent ones, rates when the bracket is within ``resolution`` of its top."""
+
+    start: float
+    most: float
+    least: float
+    whole: bool = True
+    resolution: float = 1.0
+
+
+def users_space(most: int) -> Space:
+    """Closed loop: 1, 2, 4, ... users up to ``most``."""
+    return Space(1, most, 1)
+
+
+def rate_space(start: float, most: float) -> Space:
+    """Open loop: requests per second from ``start`` up to ``most`` (down to start / RATE_FLOOR)."""
+    return Space(start, most, start / RATE_FLOOR, whole=False, resolution=RATE_RESOLUTION)
+
+
+def next_level(space: Space, outcomes: dict[float, bool]) -> float | None:
+    """The next level to probe, given each level probed so far and whether it met the target; None when the
+    capacity is known (a bracket narrow enough, the top met, or the bottom missed). A level that met the target
+    above the first one that missed (noise) is ignored."""
+    if not outcomes:
+        return space.start
+    passed = sorted(level for level, ok in outcomes.items() if ok)
+    failed = sorted(level for level, ok in outcomes.items() if not ok)
+    if not failed:
+        return _up(space, passed[-1])
+    below = [level for level in passed if level < failed[0]]
+    return _between(space, below[-1], failed[0]) if below else _down(space, failed[0])
+
+
+def _up(space: Space, top: float) -> float | None:
+    return None if top >= space.most else _level(space, min(top * 2, space.most))
+
+
+def _down(space: Space, low: float) -> float | None:
+    return None if low <= space.least else _level(space, max(low / 2, space.least))
+
+
+def _between(space: Space, low: float, high: float) -> float | None:
+    return None if narrow(space, low, high) else _level(space, (low + high) / 2)
+
+
+def narrow(space: Space, low: float, high: float) -> bool:
+    """Whether the bracket [low, high) is as tight as the search goes."""
+    return high - low <= (space.resolution if space.whole else space.resolution * high)
+
+
+def _level(space: Space, value: float) -> float:
+    return int(value) if space.whole else round(value, 6)
+
+
+def capacity_of(space: Space, outcomes: dict[float, bool], finished: bool = True) -> dict:
+    """The capacity the outcomes show: the largest level met below the first missed one, and how far it is
+    known: ``exact`` (bracketed), ``at_least`` (the top met, or the search stopped early), ``none`` (the bottom
+    missed) or ``unknown`` (stopped before any level was met)."""
+    passed = sorted(level for level, ok in outcomes.items() if ok)
+    failed = sorted(level for level, ok in outcomes.items() if not ok)
+    below = [level for level in passed if not failed or level < failed[0]]
+    value = below[-1] if below else 0
+    return {"value": value, "bound": _bound(bool(below), bool(failed), finished),
+            "failed_at": failed[0] if failed else None}
+
+
+def _bound(met: bool, missed: bool, finished: bool) -> str:
+    if not finished:
+        return "at_least" if met else "unknown"
+    if not missed:
+        return "at_least" if met else "unknown"
+    return "exact" if met else "none"
+
+
+@dataclass
+class ProbeResult:
+    """One run of one level: each target's measured percentile (seconds; None: no value, or the rank fell among
+    failed requests), the figures capacity.json keeps, and the verdicts the search gave it."""
+
+    level: float
+    values: dict[str, float | None]
+    figures: dict = field(default_factory=dict)
+    repeat: int = 0
+    met: bool | None = None  # this run's own verdict
+    near: bool = False  # a percentile within NEAR of its limit
+    level_met: bool | None = None  # the level's verdict (a repeated level: on the mean of both runs)
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "repeat": self.repeat, "values": self.values, "met": self.met,
+                "near": self.near, "level_met": self.level_met, **self.figures}
+
+
+def meets(values: dict[str, float | None], targets: tuple[Target, ...]) -> bool:
+    """Whether every target's value is known and within its limit."""
+    return all(values.get(t.name) is not None and values[t.name] <= t.limit_s for t in targets)
+
+
+def is_near(values: dict[str, float | None], targets: tuple[Target, ...], margin: float = NEAR) -> bool:
+    """Whether some target's value lies within ``margin`` of its limit (either side)."""
+    return any((v := values.get(t.name)) is not None and abs(v - t.limit_s) <= margin * t.limit_s for t in targets)
+
+
+def mean_values(first: ProbeResult, second: ProbeResult) -> dict[str, float | None]:
+    """Each target's mean over two runs of a level (None where either run has none)."""
+    return {name: None if v is None or second.values.get(name) is None else (v + second.values[name]) / 2
+            for name, v in first.values.items()}
+
+
+class TimeLimit(Exception):
+    """The search's time ran out (before or during a probe)."""
+
+
+Probe = Callable[[float, int], Awaitable[ProbeResult]]
+
+
+async def search(space: Space, targets: tuple[Target, ...], probe: Probe,
+                 keep: Callable[[ProbeResult], None] | None = None, deadline: float | None = None,
+                 outcomes: dict[float, bool] | None = None) -> tuple[dict[float, bool], str]:
+    """Probe levels as ``next_level`` says until the capacity is known or the time runs out.
+
+    Args:
+        space: Where to look.
+        targets: What each level must meet.
+        probe: ``probe(level, repeat)``: run one level once (repeat 1: its second run).
+        keep: Called with every finished run at once (files, progress); a cancel keeps what it got.
+        deadline: time.perf_counter() past which no probe starts and a running one is cut (not kept).
+        outcomes: The dict to fill (the caller's, so that a cancel leaves the finished levels in it).
+
+    Returns:
+        (level -> met, '' or TIME_LIMIT). A cancel or a probe's error propagates.
+    """
+    outcomes = {} if outcomes is None else outcomes
+    keep = keep or (lambda run: None)
+    try:
+        while (level := next_level(space, outcomes)) is not None:
+            outcomes[level] = await decide(level, targets, probe, keep, deadline)
+    except TimeLimit:
+        return outcomes, TIME_LIMIT
+    return outcomes, ""
+
+
+async def decide(level: float, targets: tuple[Target, ...], probe: Probe, keep, deadline: float | None) -> bool:
+    """Run a level once, and once more when it sits near a limit; whether it met the target."""
+    first = await before(probe(level, 0), deadline)
+    first.met, first.near = meets(first.values, targets), is_near(first.values, targets)
+    first.level_met = first.met if not first.near else None
+    keep(first)
+    if not first.near:
+        return first.met
+    second = await before(probe(level, 1), deadline)
+    second.met, second.near = meets(second.values, targets), is_near(second.values, targets)
+    first.level_met = second.level_met = meets(mean_values(first, second), targets)
+    keep(second)
+    return second.level_met
+
+
+async def before(coro: Awaitable, deadline: float | None):
+    """Await ``coro`` unless the deadline has passed; cut it at the deadline (TimeLimit either way)."""
+    if deadline is None:
+        return await coro
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        coro.close()
+        raise TimeLimit
+    try:
+        return await asyncio.wait_for(coro, left)
+    except TimeoutError:
+        raise TimeLimit from None
+
+
+# -- what one probe measured ---------------------------------------------------------------------------------------
+
+SAMPLES = {"ttft": ttft_from_schedule_s, "tpot": tpot_s, "e2e": e2e_from_schedule_s}  # itl: pooled gaps
+
+
+def samples(records, metric: str) -> tuple[list[float], int]:
+    """A metric's values over the completed requests (TTFT and E2E from the scheduled send in open loop) and the
+    number of requests that did not complete (misses)."""
+    done = [r for r in records if r.status == RequestStatus.OK]
+    misses = len(records) - len(done)
+    if metric == "itl":
+        return [gap for r in done for gap in itls_s(r)], misses
+    return [v for r in done if (v := SAMPLES[metric](r)) is not None], misses
+
+
+def percentile_with_misses(values: list[float], misses: int, q: float) -> float | None:
+    """The q-th percentile (linear between ranks, as lab.metrics) of ``values`` plus ``misses`` samples above
+    every limit; None when there is no sample or the rank falls among the misses."""
+    ordered = sorted(values)
+    total = len(ordered) + misses
+    position = (total - 1) * q / 100.0
+    if not total or math.ceil(position) >= len(ordered):
+        return None
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def target_values(records, targets: tuple[Target, ...]) -> dict[str, float | None]:
+    """Each target's percentile, measured over one run's requests (failed ones count as misses)."""
+    return {t.name: percentile_with_misses(*samples(records, t.metric), t.percentile) for t in targets}
+
+
+def latency_percentiles(records, metric: str) -> dict:
+    """p50, p95 and p99 of a metric over the completed requests (measured)."""
+    values = samples(records, metric)[0]
+    return {f"p{q}": percentile(values, q) for q in (50, 95, 99)}
+
+
+def arrival_s(record) -> float:
+    """When a request entered the system: its scheduled time in open loop, else its send."""
+    return record.scheduled_s if record.scheduled_s is not None else record.send_s
+
+
+def littles_law(records, users: int | None = None, rate: float | None = None, margin: float = STEADY) -> dict:
+    """Little's law (L = lambda x W) over one run's requests.
+
+    Measured: the mean number in the system (sum of each request's time in system / the window from the first
+    arrival to the last end), the throughput (completed / window), the mean time in system W of the completed ones
+    (E2E; from the scheduled send in open loop) and, open loop, the arrival rate (arrivals after the first / their
+    span: the schedule as drawn, not the nominal ``rate``). Computed: L = throughput x W. Over a window that holds
+    every request whole, the measured L and throughput x W are the same sum (they differ by the failed requests),
+    so the agreement is taken against what the probe meant to hold: closed loop (``users``), computed L / users
+    set (below 1: a probe's last requests ran with fewer beside them); open loop, arrival rate x W / measured L
+    (above 1: the window ran on past the arrivals, the engine fell behind them or W is long against the
+    schedule). Steady: within ``margin``.
+    """
+    ended = [r for r in records if r.end_s is not None]
+    done = [r for r in ended if r.status == RequestStatus.OK]
+    if not done:
+        return {"steady": False, "agreement": None}
+    start, end = min(arrival_s(r) for r in ended), max(r.end_s for r in ended)
+    window = max(end - start, 1e-9)
+    mean_time = statistics.fmean(r.end_s - arrival_s(r) for r in done)
+    measured = sum(r.end_s - arrival_s(r) for r in ended) / window
+    found = {"users": users, "rate": rate, "window_s": window, "mean_in_system": measured,
+             "throughput_req_s": len(done) / window, "mean_time_in_system_s": mean_time,
+             "computed_in_system": len(done) / window * mean_time}
+    if rate is None:
+        return found | agreement(found["computed_in_system"] / users, margin)
+    arrivals = arrival_rate(ended)
+    return found | {"arrival_rate_req_s": arrivals} | agreement(
+        None if arrivals is None else arrivals * mean_time / measured, margin)
+
+
+def arrival_rate(records) -> float | None:
+    """Arrivals after the first over the span from the first to the last (measured); None with fewer than 2."""
+    times = sorted(arrival_s(r) for r in records)
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else None
+
+
+def agreement(value: float | None, margin: float) -> dict:
+    """Little's law's agreement (computed) and whether it is within ``margin`` of 1 (steady)."""
+    return {"agreement": value, "steady": value is not None and abs(value - 1) <= margin}
+
+
+# -- the plan ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """A capacity search: the targets, the engines, the load every probe shares, and its bounds.
+
+    ``load`` holds the workload, output length, warm-up, seed, think time and the per-request goodput limits;
+    each probe replaces its users, requests and rate (``probe_load``). ``max_users``: the most users probed
+    (closed loop), or the cap on requests in flight (open loop).
+    """
+
+    targets: tuple[Target, ...]
+    engines: tuple[str, ...]
+    load: LoadConfig
+    max_users: int = MAX_USERS
+    requests_per_user: int = REQUESTS_PER_USER
+    min_requests: int = MIN_REQUESTS
+    rate_search: bool = False
+    start_rate: float = 1.0
+    max_rate: float = MAX_RATE
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.rate_search else "users"
+
+    def space(self) -> Space:
+        return rate_space(self.start_rate, self.max_rate) if self.rate_search else users_space(self.max_users)
+
+    def slo_text(self) -> str:
+        """The targets as --slo takes them."""
+        return ",".join(f"{t.name}={t.limit_s * 1000:g}ms" if t.limit_s < 1 else f"{t.name}={t.limit_s:g}s"
+                        for t in self.targets)
+
+
+def per_user(plan: CapacityPlan, users: int) -> int:
+    """Requests each user sends in a probe: --requests-per-user, more where the probe would send < --min-requests."""
+    return max(plan.requests_per_user, math.ceil(plan.min_requests / users))
+
+
+def rate_requests(plan: CapacityPlan, rate: float) -> int:
+    """Requests an open-loop probe schedules: --min-requests, at least RATE_PROBE_S seconds of them, at most one
+    under a level's limit."""
+    return min(max(plan.min_requests, math.ceil(rate * RATE_PROBE_S)), plan.load.max_requests - 1)
+
+
+def probe_load(plan: CapacityPlan, level: float) -> LoadConfig:
+    """The LoadConfig of one probe (validated): ``level`` users, or ``level`` requests per second."""
+    if plan.rate_search:
+        return dataclasses.replace(plan.load, users=(plan.max_users,), requests_per_user=None, rate=level,
+                                   duration_s=rate_requests(plan, level) / level, repeats=1)
+    return dataclasses.replace(plan.load, users=(int(level),), requests_per_user=per_user(plan, int(level)),
+                               duration_s=None, rate=None, repeats=1)
+
+
+def goodput_slo(targets: tuple[Target, ...]) -> tuple[tuple[str, float], ...]:
+    """The targets as per-request limits for goodput (lab.metrics.meets_slo: ttft, tpot, e2e; ITL has none)."""
+    return tuple((t.metric, t.limit_s) for t in targets if t.metric in SLO_METRICS)
+
+
+def capacity_plan(slo: str, engines: tuple[str, ...], config, *, workload: str = "mixed", max_users: int = MAX_USERS,
+                  requests_per_user: int = REQUESTS_PER_USER, min_requests: int = MIN_REQUESTS,
+                  output_len: int | None = None, warmup: int = 2, seed: int = 0, think_s: float = 1.0,
+                  rate_search: bool = False, start_rate: float = 1.0, max_rate: float = MAX_RATE,
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> CapacityPlan:
+    """A validated CapacityPlan: every rule checked here, before any engine loads (the largest probe's load and
+    RunPlan included: engines, workload, lengths against max_model_len).
+
+    Raises:
+        ValueError: naming the value, the limit and the way out.
+    """
+    targets = parse_targets(slo)
+    check_bounds(max_users, requests_per_user, min_requests, time_limit_s)
+    check_rates(start_rate, max_rate, rate_search)
+    load = LoadConfig(users=(max_users,), workload=workload, requests_per_user=requests_per_user,
+                      output_len=output_len, warmup_requests=warmup, seed=seed, think_s=think_s,
+                      slo=goodput_slo(targets))
+    plan = CapacityPlan(targets, tuple(engines), load, max_users, requests_per_user, min_requests, rate_search,
+                        start_rate, max_rate, time_limit_s)
+    top = plan.max_rate if rate_search else plan.max_users
+    RunPlan(engines=plan.engines, load=probe_load(plan, top), engine=config)
+    return plan
+
+
+def check_bounds(max_users: int, requests_per_user: int, min_requests: int, time_limit_s: float) -> None:
+    """--max-users, --requests-per-user, --min-requests and --time-limit within the lab's limits."""
+    if not 1 <= max_users <= MAX_USERS:
+        raise ValueError(f"--max-users must be from 1 to {MAX_USERS} (the lab's limit of users per level), "
+                         f"not {max_users}")
+    if requests_per_user < 1:
+        raise ValueError(f"--requests-per-user (requests per user in a probe) must be at least 1, "
+                         f"not {requests_per_user}")
+    if not 1 <= min_requests <= MAX_REQUESTS:
+        raise ValueError(f"--min-requests must be from 1 to {MAX_REQUESTS}, not {min_requests}")
+    if max_users * requests_per_user > MAX_REQUESTS:
+        raise ValueError(f"--max-users {max_users} x --requests-per-user {requests_per_user} = "
+                         f"{max_users * requests_per_user} requests in the top probe, past the limit of "
+                         f"{MAX_REQUESTS} per level: lower one of them")
+    if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"--time-limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} seconds (a day), "
+                         f"not {time_limit_s:g}")
+
+
+def check_rates(start: float, most: float, rate_search: bool) -> None:
+    """--start-rate and --max-rate: above 0, at most MAX_RATE, the start at most the top."""
+    for name, value in (("--start-rate", start), ("--max-rate", most)):
+        if not 0 < value <= MAX_RATE:
+            raise ValueError(f"{name} must be above 0 and at most {MAX_RATE:g} requests per second, not {value:g}")
+    if rate_search and start > most:
+        raise ValueError(f"--start-rate {start:g} is above --max-rate {most:g}: lower the start or raise the top")
+
+
+# -- the result ----------------------------------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class CapacityResult(TaskResult):
+    """A capacity search over every engine, live while it runs and kept (partial) when it fails or is cancelled.
+
+    ``searches``: per engine, the levels probed (level -> met) and how its search ended (running, done,
+    TIME_LIMIT, cancelled, failed).
+    """
+
+    KIND: ClassVar[str] = "capacity"
+    KEPT: ClassVar[str] = "finished probes kept"
+    STORED_AS_IT_GOES: ClassVar[bool] = True
+
+    plan: CapacityPlan
+    probes: list[tuple[str, ProbeResult]] = field(default_factory=list)
+    searches: dict[str, dict] = field(default_factory=dict)
+    run: RunResult | None = None  # every probe's level and requests (requests.csv)
+    levels: list = field(default_factory=list)  # each probe's LevelResult, in the order of ``probes``
+    agreement: list = field(default_factory=list)
+    origin_s: float = field(default_factory=time.perf_counter)
+    ended_s: float | None = None
+
+    def name(self) -> str:
+        """The targets, as --slo takes them."""
+        return self.plan.slo_text()
+
+    def to_dict(self) -> dict:
+        """As capacity.json holds it."""
+        return capacity_dict(self)
+
+
+def capacity_dict(result: CapacityResult) -> dict:
+    """capacity.json: every probe, each engine's capacity, the ratios and the computed sentences."""
+    plan = result.plan
+    capacities = {name: engine_capacity(result, name) for name in plan.engines}
+    data = {"capacity_id": result.id, "started_at": result.started_at, "ended_at": result.ended_at,
+            "status": result.status, "error": result.error, "mode": "rate" if plan.rate_search else "users",
+            "unit": plan.unit, "slo": plan.slo_text(), "targets": [t.to_dict() for t in plan.targets],
+            "engines": list(plan.engines), "settings": settings(plan), "capacity": capacities,
+            "ratios": {f"{top}/{base}": capacity_ratio(capacities[top], capacities[base])
+                       for top, base in ratio_pairs(plan.engines)},
+            "probes": [{"engine": name, **probe.to_dict()} for name, probe in result.probes],
+            "model": result.model, "device": result.device, "versions": result.versions,
+            "engine_args": result.engine_args, "agreement": result.agreement,
+            "wall_s": None if result.ended_s is None else result.ended_s - result.origin_s}
+    return data | {"sentences": capacity_answer(data)}
+
+
+def settings(plan: CapacityPlan) -> dict:
+    """The search's bounds and the load every probe shares."""
+    load = plan.load
+    return {"workload": load.workload, "output_len": load.output_len, "warmup_requests": load.warmup_requests,
+            "seed": load.seed, "think_s": load.think_s, "goodput_slo": dict(load.slo), "max_users": plan.max_users,
+            "requests_per_user": plan.requests_per_user, "min_requests": plan.min_requests,
+            "start_rate": plan.start_rate if plan.rate_search else None,
+            "max_rate": plan.max_rate if plan.rate_search else None, "time_limit_s": plan.time_limit_s,
+            "near_margin": NEAR, "steady_margin": STEADY, "rate_resolution": RATE_RESOLUTION,
+            "rate_probe_s": RATE_PROBE_S}
+
+
+def engine_capacity(result: CapacityResult, name: str) -> dict:
+    """One engine's capacity (capacity_of), how its search ended and the levels it probed."""
+    found = result.searches.get(name, {"outcomes": {}, "ended": "not run"})
+    finished = found["ended"] == "done"
+    space = result.plan.space()
+    return {**capacity_of(space, found["outcomes"], finished), "ended": found["ended"], "unit": result.plan.unit,
+            "most": space.most, "least": space.least,
+            "levels": [{"level": level, "met": ok} for level, ok in found["outcomes"].items()]}
+
+
+def capacity_ratio(top: dict, base: dict) -> dict:
+    """``top``'s capacity over ``base``'s (computed), and how far it is known: exact, at_least, at_most, or
+    unknown (both lower bounds); None where either served nothing."""
+    if not top["value"] or not base["value"]:
+        return {"value": None, "bound": "none"}
+    bounds = {("exact", "exact"): "exact", ("at_least", "exact"): "at_least", ("exact", "at_least"): "at_most"}
+    return {"value": top["value"] / base["value"], "bound": bounds.get((top["bound"], base["bound"]), "unknown")}
+
+
+# -- sentences (computed from capacity.json) -----------------------------------------------------------------------
+
+def level_words(value: float, unit: str) -> str:
+    """'3 users', '1 user', '1.25 req/s'."""
+    if unit == "users":
+        return f"{value:g} user" + ("" if value == 1 else "s")
+    return f"{value:.3g} req/s"
+
+
+def times_words(ratio: float) -> str:
+    """'16x', '1.5x'."""
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
+
+
+def capacity_answer(data: dict) -> list[str]:
+    """The computed sentences of a capacity result: the headline, Little's law, the repeats, early stops."""
+    lines = [headline(data), little_line(data), repeat_line(data), *stop_lines(data)]
+    return [line for line in lines if line]
+
+
+def headline(data: dict) -> str:
+    """'Under ttft_p95 <= 2 s and tpot_p95 <= 150 ms, HF served 3 users and vLLM 48 users: 16x the capacity
+    (computed).', branching on each engine's bound."""
+    targets = " and ".join(f"{t['name']} <= {seconds_words(t['limit_s'])}" for t in data["targets"])
+    served = [served_words(name, data["capacity"][name]) for name in data["engines"]]
+    ratios = [ratio_words(key, found, data) for key, found in data.get("ratios", {}).items()]
+    tail = "; ".join(r for r in ratios if r)
+    return f"Under {targets}, {join_words(served)}" + (f": {tail}." if tail else ".")
+
+
+def join_words(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def served_words(name: str, found: dict) -> str:
+    """What one engine served, said by its bound."""
+    label, unit, verb = registry.label(name), found["unit"], "served" if found["unit"] == "users" else "sustained"
+    value = level_words(found["value"], unit)
+    if found["bound"] == "exact":
+        return f"{label} {verb} {value} ({level_words(found['failed_at'], unit)} missed it)"
+    if found["bound"] == "none":
+        return f"{label} {verb} none (it missed the target at {level_words(found['least'], unit)})"
+    if found["bound"] == "unknown":
+        return (f"{label} was not probed (the run ended before its turn)" if found["ended"] == "not run" else
+                f"{label} has no capacity (its search ended, {found['ended']}, before any level met the target)")
+    if found["ended"] == "done":
+        return f"{label} {verb} at least {value} (the most probed: every level met the target)"
+    cap = f", fewer than {level_words(found['failed_at'], unit)}" if found["failed_at"] is not None else ""
+    return f"{label} {verb} at least {value}{cap} (its search stopped early: {found['ended']})"
+
+
+def ratio_words(key: str, found: dict, data: dict) -> str:
+    """One capacity ratio, said by its bound ('' where it says nothing)."""
+    top, base = key.split("/", 1)
+    caps = data["capacity"]
+    if found["value"] is None:
+        return _none_words(registry.label(top), registry.label(base), caps[top], caps[base])
+    value, bound = found["value"], found["bound"]
+    if bound == "exact":
+        return "the same capacity" if value == 1 else f"{times_words(value)} the capacity (computed)"
+    if bound in ("at_least", "at_most"):
+        return f"{bound.replace('_', ' ')} {times_words(value)} the capacity (computed from a bound)"
+    return ""
+
+
+def _none_words(top: str, base: str, top_cap: dict, base_cap: dict) -> str:
+    if top_cap["value"] and base_cap["bound"] == "none":
+        return f"{top} met the target where {base} met it at no level"
+    if base_cap["value"] and top_cap["bound"] == "none":
+        return f"{base} met the target where {top} met it at no level"
+    return "neither met it" if top_cap["bound"] == base_cap["bound"] == "none" else ""
+
+
+def little_line(data: dict) -> str:
+    """How many probes Little's law found steady, and what the others mean."""
+    checked = [p for p in data["probes"] if (p.get("little") or {}).get("agreement") is not None]
+    if not checked:
+        return ""
+    steady = sum(1 for p in checked if p["little"]["steady"])
+    against = "the users set" if data["mode"] == "users" else "the measured mean number in the system (at the " \
+        "measured arrival rate)"
+    share = "every probe" if steady == len(checked) else f"{steady} of {len(checked)} probes"
+    line = (f"Little's law (L = throughput x mean time in system, computed) matched {against} within "
+            f"{STEADY:.0%} in {share} (steady)")
+    if steady == len(checked):
+        return line + "."
+    why = ("fewer requests were in the system on average than users set: a probe's last requests run with "
+           "fewer beside them" if data["mode"] == "users" else "the window ran on past the arrivals: the engine "
+           "fell behind them, or its latency is long against the probe's schedule")
+    return f"{line}; in the others {why}."
+
+
+def repeat_line(data: dict) -> str:
+    """How many levels sat near a limit and were run twice."""
+    repeated = [p for p in data["probes"] if p["repeat"] == 1]
+    if not repeated:
+        return ""
+    names = ", ".join(f"{registry.label(p['engine'])} at {level_words(p['level'], data['unit'])}" for p in repeated)
+    return (f"{len(repeated)} level{'s' if len(repeated) > 1 else ''} sat within {NEAR:.0%} of a limit and ran "
+            f"twice ({names}); each was decided on the mean of its two runs' percentiles.")
+
+
+def stop_lines(data: dict) -> list[str]:
+    """An engine whose search stopped early: its capacity is a lower bound."""
+    return [f"{registry.label(name)}'s search ended early ({found['ended']}): its capacity is a lower bound."
+            for name, found in data["capacity"].items() if found["ended"] not in ("done", "not run")
+            and found["bound"] == "at_least"]
+
+
+def probe_line(name: str, probe: ProbeResult, plan: CapacityPlan) -> str:
+    """One progress line: 'capacity: vllm probe 4 users (20 requests): p95 TTFT 410 ms (target 2 s) ... met'."""
+    parts = [f"{t.metric.upper() if t.metric != 'e2e' else 'E2E'} p{t.percentile:g} "
+             f"{seconds_words(probe.values.get(t.name))} (target {seconds_words(t.limit_s)})" for t in plan.targets]
+    verdict = "met" if probe.met else "missed"
+    if probe.repeat:
+        verdict += f"; on the mean of both runs: {'met' if probe.level_met else 'missed'}"
+    elif probe.near:
+        verdict += " (near a limit: running it once more)"
+    again = ", second run" if probe.repeat else ""
+    return (f"capacity: {name} probe {level_words(probe.level, plan.unit)}{again} "
+            f"({probe.figures.get('completed', 0)} of {probe.figures.get('requests', 0)} requests done): "
+            f"{', '.join(parts)}: {verdict}")
+
+
+# -- running it on a session ---------------------------------------------------------------------------------------
+
+def new_capacity(session, plan: CapacityPlan) -> CapacityResult:
+    """An empty result stamped with the session's model, device and versions."""
+    return CapacityResult(plan=plan, model=session.check.model, device=read_device(session.check.device).to_dict(),
+                          versions=versions())
+
+
+async def run_capacity(session, plan: CapacityPlan, result: CapacityResult | None = None,
+                       on_update: Callable[[CapacityResult], None] | None = None,
+                       on_probe: Callable[[str, ProbeResult], None] | None = None) -> CapacityResult:
+    """Start the session's engines (if not started), then search each engine in turn; never loses a probe.
+
+    Args:
+        session: A LabSession holding the plan's engines (started here if it is not).
+        plan: Targets, engines, load and bounds.
+        result: The result to fill (to watch it live), else a new one.
+        on_update: Called with the result after every probe (write the files, store it).
+        on_probe: Called with each finished run (progress lines).
+
+    Returns:
+        The result: ok (time-limited searches included: each says so), failed or cancelled, every finished
+        probe kept.
+    """
+    result = result or new_capacity(session, plan)
+    notify = on_update or (lambda r: None)
+    await supervise(result, _engines(session, plan, result, notify, on_probe), salvage=lambda: close(result))
+    result.ended_s = time.perf_counter()
+    notify(result)
+    return result
+
+
+async def _engines(session, plan: CapacityPlan, result: CapacityResult, notify, on_probe) -> None:
+    """Start the engines, then each engine's search, the time left shared among the engines still to search."""
+    if not session.engines:
+        from lab.session import settle_heap
+
+        result.message = "starting the engines"
+        await session.start()
+        settle_heap()
+    stamp(result, session)
+    deadline = result.origin_s + plan.time_limit_s
+    for index, name in enumerate(plan.engines):
+        if index and registry.spec(plan.engines[index - 1]).kv_pool:
+            await asyncio.sleep(SETTLE_S)  # vLLM's CPU worker busy-spins ~1 s after its last request
+        share = (deadline - time.perf_counter()) / (len(plan.engines) - index)
+        await search_engine(session, plan, result, name, time.perf_counter() + share, notify, on_probe)
+
+
+def stamp(result: CapacityResult, session) -> None:
+    """The started session's engine args, agreement and the load run that holds every probe's requests."""
+    result.engine_args = {name: info.args for name, info in session.info.items()}
+    result.agreement = session.agreement.to_dict() if session.agreement else []
+    top = plan_top(result.plan, session.config)
+    result.run = session.new_result(top)
+
+
+def plan_top(plan: CapacityPlan, config) -> RunPlan:
+    """The RunPlan of the largest probe (the load run's plan: every probe's level is appended to it)."""
+    return RunPlan(engines=plan.engines, load=probe_load(plan, plan.max_rate if plan.rate_search else plan.max_users),
+                   engine=config)
+
+
+async def search_engine(session, plan: CapacityPlan, result: CapacityResult, name: str, deadline: float,
+                        notify, on_probe) -> None:
+    """Warm one engine up, then search its capacity (its levels kept in result.searches as they finish)."""
+    found = result.searches[name] = {"outcomes": {}, "ended": "running"}
+    engine = session.engines[name]
+    result.message = f"warming up {name}"
+    await warm_up(engine, session.tokenizer, RunPlan(engines=(name,), load=probe_load(plan, plan.space().start),
+                                                     engine=session.config))
+
+    def keep(probe: ProbeResult) -> None:
+        result.probes.append((name, probe))
+        if on_probe is not None:
+            on_probe(name, probe)
+        notify(result)
+
+    def measure(level: float, repeat: int) -> Awaitable[ProbeResult]:
+        return measure_probe(session, plan, result, name, level, repeat)
+
+    _, stopped = await search(plan.space(), plan.targets, measure, keep, deadline, found["outcomes"])
+    found["ended"] = stopped or "done"
+
+
+async def measure_probe(session, plan: CapacityPlan, result: CapacityResult, name: str, level: float,
+                        repeat: int) -> ProbeResult:
+    """Run one probe on engine ``name`` as bench runs a level (run_level); a cut probe aborts what it sent."""
+    engine = session.engines[name]
+    if not engine.alive():
+        raise EngineFault(f"{engine.fault()}, before the {level_words(level, plan.unit)} probe of {name}")
+    run_plan = RunPlan(engines=(name,), load=probe_load(plan, level), engine=session.config)
+    result.message = f"{name}: probe {level_words(level, plan.unit)}" + (" (second run)" if repeat else "")
+    try:
+        done = await run_level(run_plan, engine, session.tokenizer, run_plan.load.users[0], result.run, (), repeat)
+    except asyncio.CancelledError:
+        await abort(engine)
+        raise
+    result.levels.append(done)
+    return probe_result(plan, level, repeat, done)
+
+
+async def abort(engine) -> None:
+    """Abort what a cut or cancelled probe left in the engine (its failure only logged)."""
+    try:
+        await engine.abort_all()
+    except Exception:
+        log.exception("abort failed for %s", engine.name)
+
+
+def probe_result(plan: CapacityPlan, level: float, repeat: int, done) -> ProbeResult:
+    """A finished level as a ProbeResult: its targets' percentiles and figures (measured; Little's law computed)."""
+    records, summary = done.records, done.summary or summarize(done.records, done.engine, done.users)
+    rate = level if plan.rate_search else None
+    figures = {"unit": plan.unit, "users": None if rate else int(level), "rate": rate, "cap": done.users,
+               "status": done.status, "requests": summary.requests, "completed": summary.completed,
+               "errors": summary.errors, "duration_s": summary.duration_s,
+               **{f"{m}_s": latency_percentiles(records, m) for m in METRICS},
+               "output_tok_s": summary.output_tok_s, "req_s": summary.req_s,
+               "goodput_req_s": summary.goodput_req_s, "slo_met": summary.slo_met,
+               "little": littles_law(records, None if rate else int(level), rate)}
+    return ProbeResult(level=level, values=target_values(records, plan.targets), figures=figures, repeat=repeat)
+
+
+def close(result: CapacityResult) -> None:
+    """After a cancel or a failure: the search that was running ended so (its finished levels kept)."""
+    for found in result.searches.values():
+        if found["ended"] == "running":
+            found["ended"] = str(result.status)
+
+
+# -- files ---------------------------------------------------------------------------------------------------------
+
+def write_capacity(result: CapacityResult, out_dir: str | Path, requests: bool = True) -> dict[str, Path]:
+    """Write DIR/capacity.json and (``requests``) DIR/requests.csv: every request of every probe, with its probe's
+    index in capacity.json's ``probes``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "capacity.json"}
+    paths["json"].write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    if requests and result.run is not None:
+        paths["requests"] = out / "requests.csv"
+        paths["requests"].write_text(requests_text(result))
+    return paths
+
+
+def requests_text(result: CapacityResult) -> str:
+    """requests.csv: one row per request (lab.runs.request_rows), each with the probe it belongs to."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["probe", *REQUEST_COLUMNS])
+    writer.writeheader()
+    for index, level in enumerate(result.levels):
+        one = SimpleNamespace(levels=[level], origin_s=result.run.origin_s)
+        writer.writerows({"probe": index, **row} for row in request_rows(one))
+    return buffer.getvalue()
+
+
+def probe_rows(data: dict) -> list[dict]:
+    """capacity.json's probes as flat rows (the CLI's table, the report's): latencies in ms."""
+    def ms(found: dict, q: str):
+        value = (found or {}).get(q)
+        return None if value is None else round(value * 1000, 1)
+
+    return [{"engine": p["engine"], p["unit"]: p["level"], "run": p["repeat"] + 1, "done": p["completed"],
+             "err": p["errors"], **{f"{m.upper()} {q} ms": ms(p[f"{m}_s"], q) for m in ("ttft", "tpot")
+                                   for q in ("p50", "p95", "p99")},
+             "out tok/s": round(p["output_tok_s"], 1), "goodput r/s": _round(p.get("goodput_req_s"), 2),
+             "L/target": _round(p["little"].get("agreement"), 2), "steady": p["little"].get("steady"),
+             "met": p["level_met"] if p["level_met"] is not None else p["met"]}
+            for p in data["probes"]]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def format_capacity(data: dict) -> str:
+    """The probes as a plain-text table, then the computed sentences (the CLI's stdout)."""
+    rows = probe_rows(data)
+    if not rows:
+        return "\n".join(["no probe finished", *data["sentences"]])
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(_cell(r[c])) for r in rows)) for c in columns}
+    lines = [" ".join(f"{c:>{widths[c]}}" for c in columns)]
+    lines += [" ".join(f"{_cell(r[c]):>{widths[c]}}" for c in columns) for r in rows]
+    return "\n".join([*lines, "", *data["sentences"]])
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)

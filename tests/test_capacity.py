@@ -1,0 +1,444 @@
+"""Capacity under a latency target: the pure search on fake probes, Little's law on synthetic records, the input
+rules (exit 2 before anything loads), a whole search on fake engines, and one on the real HF engine (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from lab.__main__ import build_parser, main
+from lab.capacity import (
+    TIME_LIMIT,
+    ProbeResult,
+    Target,
+    capacity_answer,
+    capacity_of,
+    capacity_plan,
+    littles_law,
+    new_capacity,
+    next_level,
+    parse_targets,
+    per_user,
+    percentile_with_misses,
+    probe_load,
+    rate_space,
+    run_capacity,
+    search,
+    users_space,
+    write_capacity,
+)
+from lab.config import EngineConfig
+from lab.engines.base import TokenChunk
+from lab.engines.fake import FakeEngine
+from lab.load.driver import RequestRecord
+from lab.metrics import percentile
+from lab.status import RequestStatus, RunStatus
+
+TTFT = (Target("ttft", 95.0, 1.0),)
+CPU = EngineConfig(device="cpu", max_model_len=1024)
+
+
+def step_probe(boundary: float, seen: list | None = None, values=None):
+    """A fake probe whose p95 TTFT is half the limit up to ``boundary`` and twice it past it (no level is near)."""
+    async def probe(level, repeat):
+        if seen is not None:
+            seen.append((level, repeat))
+        value = values(level, repeat) if values else (0.5 if level <= boundary else 2.0)
+        return ProbeResult(level=level, values={"ttft_p95": value}, repeat=repeat)
+    return probe
+
+
+def run_search(space, probe, **kwargs):
+    kept: list[ProbeResult] = []
+    outcomes, stopped = asyncio.run(search(space, TTFT, probe, kept.append, **kwargs))
+    return outcomes, stopped, kept
+
+
+# -- the search policy ---------------------------------------------------------------------------------------------
+
+def test_the_search_doubles_then_bisects_to_the_known_boundary_exactly():
+    for boundary in (1, 2, 3, 5, 10, 37, 63):
+        seen: list = []
+        outcomes, stopped, _ = run_search(users_space(64), step_probe(boundary, seen))
+        found = capacity_of(users_space(64), outcomes)
+        assert (found["value"], found["bound"], found["failed_at"], stopped) == (boundary, "exact", boundary + 1, "")
+        assert len(seen) == len(set(seen))  # no level probed twice
+    seen = []
+    run_search(users_space(64), step_probe(10, seen))
+    assert [level for level, _ in seen] == [1, 2, 4, 8, 16, 12, 10, 11]
+
+
+def test_the_search_stops_at_max_users_and_says_at_least():
+    seen: list = []
+    outcomes, _, _ = run_search(users_space(20), step_probe(1000, seen))
+    assert [level for level, _ in seen] == [1, 2, 4, 8, 16, 20]
+    assert capacity_of(users_space(20), outcomes) == {"value": 20, "bound": "at_least", "failed_at": None}
+
+
+def test_a_target_met_at_no_level_is_capacity_zero():
+    seen: list = []
+    outcomes, _, _ = run_search(users_space(64), step_probe(0, seen))
+    assert seen == [(1, 0)] and capacity_of(users_space(64), outcomes)["bound"] == "none"
+    assert capacity_of(users_space(64), outcomes)["value"] == 0
+
+
+def test_a_level_that_met_above_the_first_miss_is_noise_and_ignored():
+    space = users_space(64)
+    assert next_level(space, {1: True, 2: True, 4: False, 3: False, 8: True}) is None
+    assert capacity_of(space, {1: True, 2: True, 4: False, 3: False, 8: True})["value"] == 2
+
+
+def test_a_level_near_a_limit_runs_twice_and_is_decided_on_the_mean():
+    def values(level, repeat):  # 8 users: 0.95 s then 1.1 s (mean 1.025 s > 1 s); others far from the limit
+        return (0.95, 1.1)[repeat] if level == 8 else (0.3 if level < 8 else 3.0)
+
+    seen: list = []
+    outcomes, _, kept = run_search(users_space(64), step_probe(0, seen, values))
+    assert (8, 1) in seen and outcomes[8] is False
+    first, second = [p for p in kept if p.level == 8]
+    assert (first.met, first.near, second.met, first.level_met, second.level_met) == (True, True, False, False, False)
+    assert capacity_of(users_space(64), outcomes)["value"] == 7
+    data = {"probes": [{"engine": "hf", "unit": "users", **p.to_dict()} for p in kept], "unit": "users"}
+    assert "ran twice (HF at 8 users)" in " ".join(capacity_answer(data | fake_data_rest()))
+
+
+def fake_data_rest() -> dict:
+    return {"targets": [TTFT[0].to_dict()], "engines": ["hf"], "mode": "users", "ratios": {},
+            "capacity": {"hf": {"value": 7, "bound": "exact", "failed_at": 8, "unit": "users", "ended": "done",
+                                "least": 1, "most": 64}}}
+
+
+def test_a_cancel_keeps_every_finished_probe():
+    async def probe(level, repeat):
+        if level == 8:
+            raise asyncio.CancelledError
+        return ProbeResult(level=level, values={"ttft_p95": 0.1})
+
+    kept: list[ProbeResult] = []
+    outcomes: dict = {}
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(search(users_space(64), TTFT, probe, kept.append, outcomes=outcomes))
+    assert [p.level for p in kept] == [1, 2, 4] and outcomes == {1: True, 2: True, 4: True}
+    assert capacity_of(users_space(64), outcomes, finished=False)["bound"] == "at_least"
+
+
+def test_the_time_limit_cuts_the_search_and_keeps_what_finished():
+    async def probe(level, repeat):
+        await asyncio.sleep(0.04 * level)
+        return ProbeResult(level=level, values={"ttft_p95": 0.1})
+
+    outcomes, stopped, kept = run_search(users_space(64), probe, deadline=time.perf_counter() + 0.2)
+    assert stopped == TIME_LIMIT and [p.level for p in kept] == [1, 2] and list(outcomes) == [1, 2]
+
+
+def test_the_rate_search_brackets_within_its_resolution_both_ways():
+    for boundary, start in ((3.3, 1.0), (0.2, 1.0), (40.0, 1.0)):
+        space = rate_space(start, 1000.0)
+        outcomes, _, _ = run_search(space, step_probe(boundary))
+        found = capacity_of(space, outcomes)
+        assert found["bound"] == "exact" and found["value"] <= boundary < found["failed_at"]
+        assert found["failed_at"] - found["value"] <= 0.1 * found["failed_at"]
+    space = rate_space(1.0, 1000.0)
+    outcomes, _, _ = run_search(space, step_probe(0.001))
+    assert capacity_of(space, outcomes)["bound"] == "none" and min(outcomes) == pytest.approx(1 / 64)
+
+
+# -- the figures ---------------------------------------------------------------------------------------------------
+
+def record(send, end, user=0, status=RequestStatus.OK, scheduled=None, tokens=4):
+    step = (end - send) / tokens
+    return RequestRecord(engine="hf", users=2, user_id=user, request_id=f"r{send}-{user}", send_s=send,
+                         prompt_tokens=8, max_tokens=tokens, first_token_s=send + step, end_s=end,
+                         token_times_s=[send + step * (i + 1) for i in range(tokens)], status=status,
+                         scheduled_s=scheduled)
+
+
+def test_littles_law_on_synthetic_records():
+    steady = [record(0, 1, 0), record(1, 2, 0), record(0, 1, 1), record(1, 2, 1)]  # 2 users, always 2 in flight
+    found = littles_law(steady, users=2)
+    assert found["mean_in_system"] == pytest.approx(2) and found["throughput_req_s"] == pytest.approx(2)
+    assert found["computed_in_system"] == pytest.approx(2) and found["agreement"] == pytest.approx(1)
+    assert found["steady"]
+    tail = [record(0, 1, 0), record(0, 1, 1), record(1, 2, 0)]  # the second user ran out of requests at 1 s
+    found = littles_law(tail, users=2)
+    assert found["agreement"] == pytest.approx(0.75) and not found["steady"]
+    arrivals = [record(i + 0.1, i + 0.5, scheduled=float(i)) for i in range(20)]  # 1 req/s, 0.5 s each, 0.1 queued
+    found = littles_law(arrivals, rate=1.0)
+    assert found["mean_time_in_system_s"] == pytest.approx(0.5)  # counted from the scheduled send
+    assert found["agreement"] == pytest.approx(19.5 / 20) and found["steady"]
+    behind = [record(i + 0.1, 2 * i + 0.5, scheduled=float(i)) for i in range(20)]  # each waits longer than the last
+    assert littles_law(behind, rate=1.0)["agreement"] > 1.5 and not littles_law(behind, rate=1.0)["steady"]
+    assert littles_law([record(0, 1, status=RequestStatus.ERROR)], users=1) == {"steady": False, "agreement": None}
+
+
+def test_a_failed_request_counts_as_a_miss_in_the_percentile():
+    values = [float(v) for v in range(1, 20)]
+    assert percentile_with_misses(values, 0, 95) == pytest.approx(percentile(values, 95))
+    assert percentile_with_misses(values, 1, 95) is None  # the rank falls on the failed one
+    assert percentile_with_misses(values, 1, 50) == pytest.approx(10.5)  # rank 9.5 of 20
+    assert percentile_with_misses([], 0, 95) is None
+
+
+def test_a_probe_sends_enough_requests_for_its_percentile():
+    plan = capacity_plan("ttft_p95=2s", ("hf",), CPU, max_users=64)
+    assert [per_user(plan, u) for u in (1, 2, 4, 8, 16)] == [20, 10, 5, 3, 3]
+    assert probe_load(plan, 4).users == (4,) and probe_load(plan, 4).requests_per_user == 5
+    rated = capacity_plan("ttft_p95=2s", ("hf",), CPU, max_users=8, rate_search=True)
+    load = probe_load(rated, 5.0)
+    assert (load.rate, load.users, load.requests_per_user) == (5.0, (8,), None)
+    assert load.rate * load.duration_s == pytest.approx(50)  # RATE_PROBE_S of arrivals
+
+
+# -- input rules ---------------------------------------------------------------------------------------------------
+
+def test_targets_parse_with_units_and_percentiles():
+    assert parse_targets("ttft_p95=2s, tpot_p99.9=150ms,e2e=3") == (
+        Target("ttft", 95.0, 2.0), Target("tpot", 99.9, 0.15), Target("e2e", 95.0, 3.0))
+    assert [t.words() for t in parse_targets("itl_p50=0.05,ttft_p90=2")] == ["itl_p50 <= 50 ms", "ttft_p90 <= 2 s"]
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Every way the CLI could load an engine fails the test."""
+    def refuse(*args, **kwargs):
+        for arg in args:
+            getattr(arg, "close", lambda: None)()
+        raise AssertionError("started")
+
+    monkeypatch.setattr("lab.session.run_async", refuse)
+    monkeypatch.setattr("lab.session.LabSession.start", refuse)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--slo", "latency_p95=2s"], ["unknown metric 'latency'", "ttft, tpot, itl, e2e"]),
+    (["--slo", "ttft_p100=2s"], ["percentile 100 is outside 50-99.9", "ttft_p99"]),
+    (["--slo", "ttft_p40=2s"], ["percentile 40 is outside 50-99.9"]),
+    (["--slo", "ttft_pxx=2s"], ["after _p give a percentile from 50 to 99.9"]),
+    (["--slo", "ttft_p95=0"], ["ttft_p95 must be a positive time", "not 0"]),
+    (["--slo", "tpot_p95=-150ms"], ["tpot_p95 must be a positive time", "not -0.15"]),
+    (["--slo", "ttft_p95=fast"], ["'fast' is not a number of seconds", "150ms"]),
+    (["--slo", " "], ["give at least one latency target"]),
+    (["--slo", "ttft_p95=1,ttft_p95=2"], ["each target once"]),
+    (["--slo", "ttft_p95=2s", "--max-users", "0"], ["--max-users must be from 1 to 256", "not 0"]),
+    (["--slo", "ttft_p95=2s", "--max-users", "257"], ["--max-users must be from 1 to 256", "not 257"]),
+    (["--slo", "ttft_p95=2s", "--time-limit", "0"], ["--time-limit must be above 0"]),
+    (["--slo", "ttft_p95=2s", "--requests-per-user", "10"], ["2560 requests in the top probe", "lower one"]),
+    (["--slo", "ttft_p95=2s", "--rate-search", "--start-rate", "50", "--max-rate", "10"], ["above --max-rate"]),
+    (["--slo", "ttft_p95=2s", "--workload", "chat", "--rate-search"], ["chat workload is closed-loop"]),
+    (["--slo", "ttft_p95=2s", "--engines", "hf,nope"], ["unknown engine 'nope'"]),
+])
+def test_bad_input_exits_2_before_anything_loads(argv, words, nothing_loads, capsys):
+    assert main(["capacity", *argv, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+
+
+CLASSES = {"empty": "", "zero": "0", "negative": "-3", "fraction": "1.5", "huge": "100000", "text": "abc",
+           "unicode": "１", "whitespace": "   "}  # tests/test_inputs.py's classes of bad value
+OWN = ("--slo", "--max-users", "--workload", "--requests-per-user", "--min-requests", "--output-len", "--warmup",
+       "--think-time", "--start-rate", "--max-rate", "--time-limit")
+
+
+@pytest.mark.parametrize("kind", CLASSES)
+@pytest.mark.parametrize("option", OWN)
+def test_every_capacity_option_is_accepted_or_refused_by_name(option, kind, monkeypatch, capsys):
+    """As tests/test_inputs.py does for the other commands: accepted (got as far as loading), or exit 2 naming it."""
+    class Started(Exception):
+        pass
+
+    def refuse(coro):
+        coro.close()
+        raise Started
+
+    monkeypatch.setattr("lab.session.run_async", refuse)
+    argv = ["capacity", "--slo", "ttft_p95=2s", "--device", "cpu", f"{option}={CLASSES[kind]}"]
+    try:
+        code = main(argv)
+    except Started:
+        return
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    dest = option.lstrip("-")
+    names = (option, dest, dest.replace("-", "_"), dest.replace("-", " "), "output_len", "warmup", "think time")
+    assert code == 2 and any(n in err for n in names), f"{option}={CLASSES[kind]!r}: {err!r}"
+
+
+def test_the_parser_has_the_command():
+    args = build_parser().parse_args(["capacity", "--slo", "ttft_p95=2s", "--rate-search"])
+    assert args.rate_search and args.max_users == 256 and args.requests_per_user == 3 and args.min_requests == 20
+
+
+# -- a whole search on fake engines --------------------------------------------------------------------------------
+
+class CrowdedEngine(FakeEngine):
+    """A fake engine whose every token takes longer the more requests it runs at once (a shared processor)."""
+
+    async def stream(self, request):
+        self._running += 1
+        try:
+            for _ in range(request.max_tokens):
+                await asyncio.sleep(self.token_delay_s * self._running)
+                yield TokenChunk(time_s=time.perf_counter(), token_ids=(7,))
+        finally:
+            self._running -= 1
+
+
+class FakeSession:
+    """What run_capacity needs of a LabSession, over started fake engines."""
+
+    def __init__(self, engines: dict, char_tokenizer):
+        from lab.engines.base import EngineInfo
+
+        self.config, self.engines, self.tokenizer, self.agreement = CPU, engines, char_tokenizer, None
+        self.info = {name: EngineInfo(name=name, args={"fake": True}) for name in engines}
+        self.check = SimpleNamespace(model="fake-model", device="cpu", model_path="")
+
+    def new_result(self, plan):
+        from lab.runs import RunResult
+
+        return RunResult(plan=plan, model="fake-model", engine_info=dict(self.info))
+
+
+def test_a_search_on_fake_engines_writes_stores_and_reports_every_probe(tmp_path, char_tokenizer):
+    from lab.report import write_report
+    from lab.store import list_stored, save
+
+    engines = {"hf": CrowdedEngine("hf", token_delay_s=0.004), "vllm": CrowdedEngine("vllm", token_delay_s=0.001)}
+    plan = capacity_plan("tpot_p95=12ms", ("hf", "vllm"), CPU, workload="equal", output_len=4, max_users=8,
+                         requests_per_user=1, min_requests=4, warmup=0, time_limit_s=60)
+    session = FakeSession(engines, char_tokenizer)
+    lines: list[str] = []
+    result = asyncio.run(run_capacity(session, plan, new_capacity(session, plan),
+                                      on_probe=lambda name, probe: lines.append(name)))
+    assert result.status == RunStatus.OK, result.error
+    data = result.to_dict()
+    assert len(data["probes"]) == len(lines) >= 4 and {p["engine"] for p in data["probes"]} == {"hf", "vllm"}
+    caps = data["capacity"]
+    assert caps["hf"]["value"] < caps["vllm"]["value"] and caps["hf"]["bound"] == "exact"
+    assert data["sentences"][0].startswith("Under tpot_p95 <= 12 ms, HF served")
+    for p in data["probes"]:
+        assert p["ttft_s"]["p95"] is not None and p["output_tok_s"] > 0 and p["goodput_req_s"] is not None
+    paths = write_capacity(result, tmp_path / "out")
+    stored = json.loads(paths["json"].read_text())
+    assert len(stored["probes"]) == len(data["probes"])
+    rows = paths["requests"].read_text().splitlines()
+    assert rows[0].startswith("probe,engine,users") and len(rows) - 1 == sum(p["requests"] for p in data["probes"])
+    db = tmp_path / "results.sqlite"
+    save(db, result)
+    assert list_stored(db)[0]["kind"] == "capacity"
+    page = write_report(result.id, tmp_path / "r.html", db).read_text()
+    assert "Every probe" in page and "HF served" in page
+    assert "Every probe" in write_report(str(tmp_path / "out"), tmp_path / "f.html").read_text()
+
+
+def test_a_cancelled_search_keeps_its_probes_and_says_so(char_tokenizer):
+    plan = capacity_plan("tpot_p95=10s", ("hf",), CPU, workload="equal", output_len=4, max_users=64,
+                         requests_per_user=1, min_requests=2, warmup=0)
+    session = FakeSession({"hf": CrowdedEngine("hf", token_delay_s=0.002)}, char_tokenizer)
+
+    async def cancel_after_three():
+        result = new_capacity(session, plan)
+        task = asyncio.ensure_future(run_capacity(session, plan, result))
+        while len(result.probes) < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await task
+        return result
+
+    result = asyncio.run(cancel_after_three())
+    data = result.to_dict()
+    assert result.status == RunStatus.CANCELLED and len(data["probes"]) >= 3
+    assert data["capacity"]["hf"]["ended"] == "cancelled" and data["capacity"]["hf"]["bound"] == "at_least"
+    assert "ended early (cancelled)" in " ".join(data["sentences"])
+
+
+def test_a_rate_search_on_a_fake_engine_counts_latency_from_the_schedule(char_tokenizer, monkeypatch):
+    monkeypatch.setattr("lab.capacity.RATE_PROBE_S", 0.3)  # a short schedule per probe
+    plan = capacity_plan("ttft_p95=20ms", ("hf",), CPU, workload="equal", output_len=4, max_users=4,
+                         min_requests=6, warmup=0, rate_search=True, start_rate=20.0, max_rate=640.0)
+    session = FakeSession({"hf": CrowdedEngine("hf", token_delay_s=0.003)}, char_tokenizer)
+    result = asyncio.run(run_capacity(session, plan, new_capacity(session, plan)))
+    data = result.to_dict()
+    assert result.status == RunStatus.OK, result.error
+    rates = [p["level"] for p in data["probes"] if p["repeat"] == 0]
+    assert rates[:2] == [20.0, 40.0] and all(p["rate"] == p["level"] and p["cap"] == 4 for p in data["probes"])
+    assert all(p["little"]["rate"] == p["level"] for p in data["probes"])
+    found = data["capacity"]["hf"]
+    assert found["unit"] == "req/s" and found["bound"] in ("exact", "at_least") and found["value"] >= 20
+    assert "HF sustained" in data["sentences"][0] and "req/s" in data["sentences"][0]
+
+
+def test_an_openai_compatible_server_is_searched_like_any_engine(tmp_path, capsys, monkeypatch):
+    """The endpoint engine through the CLI, against the bench's fake server (20 ms a token whatever the load)."""
+    from bench.fake_openai_server import free_port, serve_in_subprocess
+
+    monkeypatch.setattr("lab.store.default_db_path", lambda: tmp_path / "results.sqlite")
+    with serve_in_subprocess(free_port(), gap_ms=20) as url:
+        code = main(["capacity", "--slo", "tpot_p95=200ms", "--engines", "openai", "--base-url", url,
+                     "--served-model-name", "fake", "--max-users", "4", "--workload", "equal", "--output-len", "4",
+                     "--requests-per-user", "1", "--min-requests", "4", "--warmup", "0", "--device", "cpu",
+                     "--out", str(tmp_path)])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    data = json.loads((tmp_path / "capacity.json").read_text())
+    assert [p["level"] for p in data["probes"]] == [1, 2, 4] and data["capacity"]["openai"]["bound"] == "at_least"
+    assert all(0.015 < p["tpot_s"]["p50"] < 0.2 for p in data["probes"])
+    assert "openai served at least 4 users" in data["sentences"][0]
+
+
+def test_the_headline_branches_on_the_numbers():
+    def data(hf: dict, vllm: dict, ratio: dict) -> dict:
+        base = {"unit": "users", "ended": "done", "least": 1, "most": 64, "failed_at": None}
+        return {"targets": [TTFT[0].to_dict()], "engines": ["hf", "vllm"], "mode": "users", "probes": [],
+                "capacity": {"hf": base | hf, "vllm": base | vllm}, "ratios": {"vllm/hf": ratio}}
+
+    exact = capacity_answer(data({"value": 3, "bound": "exact", "failed_at": 4},
+                                 {"value": 48, "bound": "exact", "failed_at": 49}, {"value": 16.0, "bound": "exact"}))
+    assert exact[0] == ("Under ttft_p95 <= 1 s, HF served 3 users (4 users missed it) and vLLM served 48 users "
+                        "(49 users missed it): 16x the capacity (computed).")
+    same = capacity_answer(data({"value": 4, "bound": "exact", "failed_at": 5}, {"value": 4, "bound": "exact",
+                                                                                "failed_at": 5},
+                                {"value": 1.0, "bound": "exact"}))
+    assert same[0].endswith(": the same capacity.")
+    most = capacity_answer(data({"value": 8, "bound": "exact", "failed_at": 9}, {"value": 64, "bound": "at_least"},
+                                {"value": 8.0, "bound": "at_least"}))
+    assert "vLLM served at least 64 users (the most probed: every level met" in most[0] and "at least 8x" in most[0]
+    none = capacity_answer(data({"value": 0, "bound": "none", "failed_at": 1}, {"value": 2, "bound": "exact",
+                                                                               "failed_at": 3},
+                                {"value": None, "bound": "none"}))
+    assert "HF served none (it missed the target at 1 user)" in none[0] and "where HF met it at no level" in none[0]
+
+
+# -- the real engine -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_capacity_on_the_real_hf_engine_writes_every_probe_and_littles_law_holds(tmp_path, capsys, monkeypatch):
+    """hf on CPU, a loose target, 1-4 users of 16 tokens: every level meets it (capacity at least 4); stored in
+    the history database (a test's own) and its report rendered by id."""
+    out, db = tmp_path / "cap", tmp_path / "results.sqlite"
+    monkeypatch.setattr("lab.store.default_db_path", lambda: db)
+    monkeypatch.setattr("lab.report.default_db_path", lambda: db)
+    code = main(["capacity", "--slo", "ttft_p95=30s,tpot_p95=2s", "--engines", "hf", "--max-users", "4",
+                 "--workload", "equal", "--output-len", "16", "--requests-per-user", "2", "--min-requests", "4",
+                 "--warmup", "1", "--device", "cpu", "--max-model-len", "512", "--time-limit", "300",
+                 "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    data = json.loads((out / "capacity.json").read_text())
+    assert [p["level"] for p in data["probes"]] == [1, 2, 4]
+    assert data["capacity"]["hf"] | {"levels": None} == data["capacity"]["hf"] | {
+        "value": 4, "bound": "at_least", "ended": "done", "levels": None}
+    assert "capacity: hf probe 4 users" in captured.err and "HF served at least 4 users" in captured.out
+    steady = [p for p in data["probes"] if p["little"]["steady"]]
+    assert steady and steady[0]["level"] == 1
+    for p in steady:
+        little = p["little"]
+        assert abs(little["computed_in_system"] / p["users"] - 1) <= 0.10
+        assert abs(little["mean_in_system"] / little["computed_in_system"] - 1) <= 0.10
+    assert (out / "requests.csv").read_text().count("\n") - 1 == sum(p["requests"] for p in data["probes"])
+    assert main(["report", data["capacity_id"], "--out", str(tmp_path / "r.html")]) == 0
+    assert "HF served at least 4 users" in (tmp_path / "r.html").read_text()
