@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from lab.config import API_KEY_ENV, CPU_ATTENTION, DTYPES, EngineConfig, decimal, parse_endpoint, whole
+from lab.config import API_KEY_ENV, CPU_ATTENTION, DTYPES, MODEL_IMPLS, EngineConfig, decimal, parse_endpoint, whole
 from lab.engines import registry
 
 
@@ -37,9 +37,16 @@ FLAGS = {
     "kv_cache_gib": dict(type=number_arg, help="KV budget in GiB (CPU default 0.25, 0.5 in float32; GPU default: "
                          "a pool that holds the Workshop demo's top level)"),
     "block_size": dict(type=whole_arg, help="vLLM KV block size in tokens"),
-    "max_num_seqs": dict(type=whole_arg, help="most requests vLLM runs at once"),
+    "max_num_seqs": dict(type=whole_arg, help="most requests vLLM runs at once (default: vllm serve's on this "
+                         "device, asked of vLLM)"),
+    "max_num_batched_tokens": dict(type=whole_arg, help="most tokens vLLM computes in one step, prefill chunks and "
+                                   "decodes together (default: vllm serve's on this device, asked of vLLM)"),
     "enforce_eager": dict(action="store_true", default=None,
                           help="vLLM without CUDA graphs / compile (always on for CPU)"),
+    "model_impl": dict(choices=MODEL_IMPLS, help="vLLM's model code: auto, vllm, or transformers (vLLM's engine "
+                       "running transformers' model code)"),
+    "cuda_graphs": dict(action=argparse.BooleanOptionalAction, help="vLLM's CUDA graphs where it compiles "
+                        "(--no-cuda-graphs: torch.compile alone)"),
     "cpu_attention": dict(choices=CPU_ATTENTION,
                           help="vLLM's CPU attention kernel: auto = vec on AMX CPUs in bf16 (AMX gave wrong text)"),
     "enable_prefix_caching": dict(action=argparse.BooleanOptionalAction,

@@ -2,9 +2,9 @@
 
 ``start_server`` launches one in a child process bound to 127.0.0.1, waits until it answers, and returns
 its URL and model name; ``stop`` ends it. vLLM's server gets the same engine args as the lab's in-process
-vLLM (lab.engines.vllm.engine_kwargs), its dev endpoints on (so the lab can reset its prefix cache
-between runs) and its /metrics; transformers' server (``transformers serve``) runs with its continuous
-batching (paged KV) and has no /metrics.
+vLLM (lab.engines.vllm.engine_kwargs; its two step caps written out, the same values `vllm serve` would pick
+unless set), its dev endpoints on (so the lab can reset its prefix cache between runs) and its /metrics;
+transformers' server (``transformers serve``) runs with its continuous batching (paged KV) and has no /metrics.
 """
 
 from __future__ import annotations

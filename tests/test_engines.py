@@ -50,6 +50,17 @@ def test_vllm_cpu_attention_is_named_in_engine_args(lab):
     assert chosen.startswith("vec") if has_amx() else chosen.startswith("vLLM's own choice")
 
 
+def test_vllms_step_caps_are_vllm_serves_and_say_where_from(lab):
+    """Both faces run the caps `vllm serve` would (issue #41), read back from vLLM's scheduler, each with its source
+    (tests/test_vllm_defaults.py holds the values against vLLM's own EngineArgs without starting an engine)."""
+    from lab.engines.vllm import STEP_CAPS, batch_limits
+
+    for name in ("vllm", "vllm-engine"):
+        args = lab.info[name].args
+        assert {cap: args[cap] for cap in STEP_CAPS} == batch_limits(CONFIG)
+        assert args["source"] == dict.fromkeys(STEP_CAPS, "vllm serve's default on this CPU")
+
+
 def test_on_two_cores_vllms_worker_runs_in_its_engine_core_with_no_process_of_its_own(lab):
     """lab.engines.vllm.one_compute_core: both faces' workers inside the engine core (no child process there)."""
     import os

@@ -168,7 +168,7 @@ ALIASES = {"--param": ("key=value", "unknown parameter", "experiment"), "--engin
            "name": ("experiment",), "knob": ("knob",), "--values": ("max_num_seqs",), "--rungs": ("rung",),
            "--base-url": ("endpoint URL",), "--endpoint": ("endpoint",)}
 REQUIRED = {"experiment": ["waste"], "sweep": ["max_num_seqs", "--values", "1,4"], "explain": [], "bench": [],
-            "check": [], "env": [], "serve": []}
+            "check": [], "env": [], "serve": [], "capacity": ["--slo", "ttft_p95=2s"]}
 
 
 def cli_options() -> list[tuple[str, str]]:

@@ -57,8 +57,8 @@ class EngineSpec:
 
 ENGINES: dict[str, EngineSpec] = {}
 ENDPOINT = "openai"  # the endpoint kind: an OpenAI-compatible server (more endpoints get their own names)
-VLLM_OPTIONS = ("gpu_memory_utilization", "kv_cache_gib", "block_size", "max_num_seqs", "enforce_eager",
-                "cpu_attention", "num_kv_blocks", "enable_prefix_caching")
+VLLM_OPTIONS = ("gpu_memory_utilization", "kv_cache_gib", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                "enforce_eager", "model_impl", "cuda_graphs", "cpu_attention", "num_kv_blocks", "enable_prefix_caching")
 
 
 def register(spec: EngineSpec) -> EngineSpec:

@@ -3,7 +3,8 @@ the ceiling the lab's served faces are set against.
 
 No users, no streaming, no per-token hand-over: vLLM schedules every request itself and returns when the last
 ends. Same engine args as the lab's vLLM (lab.engines.vllm.engine_kwargs, its executor too: LLM would build its
-own args, and on 2 CPU cores a different executor), stats off as LLM has them, final outputs only, token ids only.
+own args, and on 2 CPU cores a different executor; its step caps too: `vllm serve`'s, not the LLM class's own
+defaults), stats off as LLM has them, final outputs only, token ids only.
 It speaks no Engine protocol: it measures one batch of requests (the why ladder's top rung).
 """
 
@@ -14,7 +15,7 @@ import time
 
 from lab.config import EngineConfig
 from lab.engines.base import GenRequest
-from lab.engines.vllm import VLLMEngine, engine_args, shut_down
+from lab.engines.vllm import VLLMEngine, batch_sources, engine_args, shut_down
 
 
 class OfflineVLLM:
@@ -32,7 +33,8 @@ class OfflineVLLM:
 
         self.engine = await asyncio.to_thread(offline_engine, kwargs)
         self.args = {k: v for k, v in kwargs.items() if k != "model"} | {
-            "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running"}
+            "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running",
+            "source": batch_sources(self.config)}  # its step caps are vllm serve's, as the served face's are
         return self.args
 
     async def generate(self, requests: list[GenRequest]) -> tuple[int, float]:
