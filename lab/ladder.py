@@ -1,12 +1,14 @@
 """The ladder: HF's output tok/s taken to vLLM's one mechanism at a time, and the ratio split into factors.
 
 Rungs form a chain, each differing from the one before by one mechanism vLLM adds to HF's baseline:
-hf (static batches, eager) -> hf-cb (continuous batching and paged KV, transformers' own code) -> vllm-eager
-(vLLM's scheduler and kernels, no CUDA graphs) -> vllm (CUDA graphs and torch.compile: per-step overhead).
-The order follows what a request meets first: how requests are batched, then whose kernels run a step, then
-what each step costs the CPU. Three side rungs are compared with one chain rung each, outside the product:
-hf-compiled (HF's own fix for step overhead, against hf), vllm-engine (vLLM's step loop, against the served
-vllm) and offline (LLM.generate's loop over LLMEngine, the ceiling, against vllm).
+hf (static batches, eager) -> hf-cb (continuous batching and paged KV, transformers' own code) -> vllm-hf-code
+(vLLM's engine: its scheduler, paged KV and batching, still running transformers' model code) -> vllm-eager
+(vLLM's own model code and kernels, eager) -> vllm-compiled (torch.compile, no CUDA graphs) -> vllm (CUDA
+graphs). The order follows what a request meets first: how requests are batched, then whose engine schedules
+them, then whose code and kernels run a step, then what each step costs the CPU. Three side rungs are compared
+with one chain rung each, outside the product: hf-compiled (HF's own fix for step overhead, against hf),
+vllm-engine (vLLM's step loop, against the served vllm) and offline (LLM.generate's loop over LLMEngine, against
+vllm). Each rung names the `vllm serve` flags that make it.
 
 A factor is the geometric mean, over the repeats, of the upper rung's tok/s over the lower's in the same
 repeat (the rungs are interleaved, so a repeat pairs runs made minutes apart at most). The total (vllm over hf)
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-CHAIN = ("hf", "hf-cb", "vllm-eager", "vllm")
+CHAIN = ("hf", "hf-cb", "vllm-hf-code", "vllm-eager", "vllm-compiled", "vllm")
 SIDES = {"hf-compiled": "hf", "vllm-engine": "vllm", "offline": "vllm"}  # side rung -> the chain rung it is set against
 
 
@@ -35,6 +37,7 @@ class Rung:
         mechanism: What changes from the rung it is set against (empty for the baseline).
         overrides: EngineConfig fields this rung sets.
         cuda_only: The mechanism exists on CUDA only (on a CPU the rung is skipped, its mechanism absent).
+        flags: The `vllm serve` flags that make this rung (vLLM rungs), or what sets it elsewhere.
     """
 
     name: str
@@ -43,28 +46,40 @@ class Rung:
     mechanism: str
     overrides: tuple[tuple[str, object], ...] = ()
     cuda_only: bool = False
+    flags: str = ""
 
 
 RUNGS = {r.name: r for r in (
-    Rung("hf", "hf", "HF generate(), static batches, eager", ""),
+    Rung("hf", "hf", "HF generate(), static batches, eager", "", flags="transformers' generate() (the lab's hf)"),
     Rung("hf-compiled", "hf", "HF generate(), static cache + torch.compile",
          "per-step overhead, HF's own fix (static KV cache + torch.compile with CUDA graphs)",
-         (("hf_compile", True),), cuda_only=True),
+         (("hf_compile", True),), cuda_only=True,
+         flags="generate() with a StaticCache and torch.compile (--hf-compile)"),
     Rung("hf-cb", "hf-cb", "HF continuous batching, paged KV (no CUDA graphs)",
-         "continuous batching + paged KV (transformers' code)", (("hf_cb_cuda_graphs", False),)),
-    Rung("vllm-eager", "vllm", "vLLM, eager (no CUDA graphs)", "vLLM's scheduler and kernels",
-         (("enforce_eager", True),), cuda_only=True),
-    Rung("vllm", "vllm", "vLLM served (AsyncLLM), device default", "per-step overhead (CUDA graphs + torch.compile)",
-         (("enforce_eager", None),)),
+         "continuous batching + paged KV (transformers' code)", (("hf_cb_cuda_graphs", False),),
+         flags="transformers' generate_batch (continuous batching)"),
+    Rung("vllm-hf-code", "vllm", "vLLM's engine running transformers' model code, eager",
+         "vLLM's engine (its scheduler, block manager and batching loop, on transformers' model code)",
+         (("model_impl", "transformers"), ("enforce_eager", True)), flags="--model-impl transformers --enforce-eager"),
+    Rung("vllm-eager", "vllm", "vLLM, its own model code, eager (no compile, no CUDA graphs)",
+         "vLLM's model code and kernels", (("enforce_eager", True),), cuda_only=True, flags="--enforce-eager"),
+    Rung("vllm-compiled", "vllm", "vLLM, torch.compile without CUDA graphs", "torch.compile (vLLM's compilation)",
+         (("enforce_eager", False), ("cuda_graphs", False)), cuda_only=True,
+         flags="-O '{\"cudagraph_mode\": \"NONE\"}'"),
+    Rung("vllm", "vllm", "vLLM served (AsyncLLM), device default", "per-step overhead (CUDA graphs)",
+         (("enforce_eager", None),), flags="(vllm serve's defaults for the device)"),
     Rung("vllm-engine", "vllm-engine", "vLLM step loop (LLMEngine.step)",
-         "front end: the step loop instead of AsyncLLM", (("enforce_eager", None),)),
+         "front end: the step loop instead of AsyncLLM", (("enforce_eager", None),),
+         flags="LLMEngine.step() in a loop"),
     Rung("offline", "offline", "vLLM offline (LLM.generate's loop), as many at once as users",
-         "front end: no users, no streaming (ceiling)", (("enforce_eager", None),)),
+         "front end: LLM.generate, no users, no streaming", (("enforce_eager", None),), flags="LLM.generate()"),
 )}
-CPU_ABSENT = {"vllm": "on a CPU there are no CUDA graphs to add"}  # mechanisms a CPU lacks
+CPU_ABSENT = {"vllm": "on a CPU there are no CUDA graphs to add",  # mechanisms a CPU lacks
+              "vllm-compiled": "on a CPU the lab runs vLLM eager (its compiled CPU path gave wrong text)"}
 METHOD = ("Rungs form a chain, each adding one mechanism to the rung before, in the order a request meets them: "
-          "how requests are batched (hf -> hf-cb), whose scheduler and kernels run a step (hf-cb -> vllm-eager), "
-          "what a step costs the CPU (vllm-eager -> vllm: CUDA graphs). A factor is the geometric mean over the "
+          "how requests are batched (hf -> hf-cb), whose engine schedules them (hf-cb -> vllm-hf-code: vLLM's engine "
+          "on transformers' model code), whose model code and kernels run a step (-> vllm-eager), what a step costs "
+          "the CPU (-> vllm-compiled: torch.compile; -> vllm: CUDA graphs). A factor is the geometric mean over the "
           "repeats of one rung's tok/s over the rung below in the same repeat, so the chain's factors multiply to "
           "vllm / hf. A skipped rung merges its step with the next (that factor spans both mechanisms, less any the "
           "device lacks). Side rungs (hf-compiled, vllm-engine, offline) are set against one chain rung, outside "
@@ -92,7 +107,8 @@ def skip_reason(name: str, device: str, asked: tuple[str, ...]) -> str | None:
     if RUNGS[name].cuda_only and device != "cuda":
         return {"hf-compiled": "torch.compile's CUDA graphs need CUDA; on a CPU HF stays eager",
                 "vllm-eager": "on a CPU the lab runs vLLM eager (its compiled CPU path gave wrong text): this rung "
-                              "would be the vllm rung"}[name]
+                              "would be the vllm rung",
+                "vllm-compiled": CPU_ABSENT["vllm-compiled"]}[name]
     return None
 
 
@@ -164,3 +180,13 @@ def decompose(tok_s: dict[str, list[float | None]], device: str) -> dict:
 def largest(factors: list[dict]) -> dict | None:
     """The chain factor farthest from 1 (a loss counts by its inverse), or None."""
     return max(factors, key=lambda f: abs(math.log(f["value"])), default=None)
+
+
+def clear(factor: dict) -> bool:
+    """A factor whose repeats do not straddle 1 (one repeat counts as clear: there is no spread to say)."""
+    return factor["n"] == 1 or not factor["low"] <= 1 <= factor["high"]
+
+
+def largest_clear(factors: list[dict]) -> dict | None:
+    """The largest factor among those clear of 1 (the one rule every headline of the lab follows), or None."""
+    return largest([f for f in factors if clear(f)])

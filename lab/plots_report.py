@@ -25,6 +25,7 @@ from lab.plots_kv import experiment_figure
 from lab.plots_sweep import sweep_figure
 from lab.plots_why import factors_table
 from lab.sentences import chat_answer, experiment_answer, ratio_caption, sweep_answer
+from lab.steps_words import FACTORS_TITLE, factors_lines, factors_rows
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#2a3f5f}"
          "table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #dde;padding:3px 7px}"
@@ -78,7 +79,39 @@ def sweep_html(data: dict, requests: pd.DataFrame | None = None) -> str:
     return page(f"KV Lab sweep of {data['knob']} {data['sweep_id']}", parts)
 
 
-PAGES = {"run": report_html, "experiment": experiment_html, "sweep": sweep_html}  # TaskResult.KIND -> its page
+def capacity_html(data: dict, requests: pd.DataFrame | None = None) -> str:
+    """The page of a stored capacity search (capacity.json's dict): its sentences, each target's percentile
+    against the level with the limit drawn, and every probe."""
+    from lab.capacity import probe_rows
+
+    facts_rows = {"targets": data["slo"], "search": "open-loop rate" if data["mode"] == "rate" else "closed-loop users",
+                  "engines": ", ".join(data["engines"]), **ended(data), "model": data.get("model"),
+                  "device": device_name(data)}
+    parts = [facts_table(facts_rows), paragraphs(data.get("sentences") or []), figure_div(capacity_figure(data), True),
+             section("Every probe (latencies in ms; L/target: Little's law, computed)",
+                     pd.DataFrame(probe_rows(data)).to_html(index=False)),
+             section("Capacity per engine", json_block(data.get("capacity"))),
+             section("Settings", json_block(data.get("settings"))),
+             section("Engine args", json_block(data.get("engine_args"))), where_it_ran(data)]
+    return page(f"KV Lab capacity search {data['capacity_id']}", parts)
+
+
+def capacity_figure(data: dict) -> go.Figure:
+    """Each engine's target percentiles (measured) against the level probed, the limits as dashed lines."""
+    fig = go.Figure()
+    for engine in data["engines"]:
+        runs = sorted((p for p in data["probes"] if p["engine"] == engine), key=lambda p: (p["level"], p["repeat"]))
+        for t in data["targets"]:
+            fig.add_trace(go.Scatter(x=[p["level"] for p in runs], y=[p["values"].get(t["name"]) for p in runs],
+                                     mode="lines+markers", name=f"{engine} {t['name']}"))
+    for t in data["targets"]:
+        fig.add_hline(y=t["limit_s"], line_dash="dash", annotation_text=f"{t['name']} limit")
+    fig.update_xaxes(type="log")
+    return _layout(fig, "Target percentiles per probe (s)", data["unit"], "seconds")
+
+
+PAGES = {"run": report_html, "experiment": experiment_html, "sweep": sweep_html,
+         "capacity": capacity_html}  # TaskResult.KIND -> its page
 
 
 def page(title: str, parts: list[str]) -> str:
@@ -154,7 +187,17 @@ def where_it_ran(data: dict) -> str:
 
 def sentences(summary: dict) -> str:
     """The lab's computed sentences about this run (the ratio caption, a chat run's turns)."""
-    return paragraphs([ratio_caption(summary), *chat_answer(summary)])
+    return paragraphs([ratio_caption(summary), *chat_answer(summary)]) + factors_html(summary)
+
+
+def factors_html(summary: dict) -> str:
+    """Why the ratio, level by level: the factors' table and sentences (lab.steps_words), where the run has them."""
+    rows = factors_rows(summary.get("factors") or {})
+    if not rows:
+        return ""
+    head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+    return section(FACTORS_TITLE, f"<table><tr>{head}</tr>{body}</table>" + paragraphs(factors_lines(summary)))
 
 
 def paragraphs(lines: list[str]) -> str:

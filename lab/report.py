@@ -16,7 +16,7 @@ import pandas as pd
 from lab.store import default_db_path, list_stored, load_result
 
 FOLDER_FILES = {"summary.json": "run", "experiment.json": "experiment", "explain.json": "experiment",
-                "sweep.json": "sweep"}  # the file a CLI command writes -> the kind of result it holds
+                "sweep.json": "sweep", "capacity.json": "capacity"}  # the file a CLI command writes -> its kind
 
 
 def result_files(source: str, db_path: str | Path | None = None) -> tuple[str, dict, pd.DataFrame]:

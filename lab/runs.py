@@ -41,6 +41,7 @@ from lab.metrics import (
     ttft_s,
 )
 from lab.metrics.kv import held_series, kv_summary
+from lab.metrics.steps import add_floors, all_factors, level_steps, weight_bytes
 from lab.metrics.turns import turn_rows
 from lab.status import RunStatus
 from lab.tasks import TaskResult, supervise
@@ -68,6 +69,7 @@ class LevelResult:
     sent: list[RequestRecord] = field(default_factory=list)  # every request sent, filling in live
     kv_series: list[tuple] | None = None  # lab.metrics.kv.held_series, kept once the level has ended
     tok_s_series: list[tuple] | None = None  # lab.metrics.throughput_series, kept once the level has ended
+    steps: dict | None = None  # lab.metrics.steps.level_steps, once the level has ended
     slo: tuple = ()  # the plan's latency targets (goodput)
     # held_series rows that no longer change and the first sample whose row may: one attribute, so that two
     # pages redrawing at once see a consistent pair
@@ -89,6 +91,7 @@ class LevelResult:
         )
         self.kv_series = self._held_now(info)
         self.tok_s_series = self.throughput()
+        self.steps = level_steps(self.samples, info.kv_bytes_per_token if info else None)
 
     def kv_held(self, info: EngineInfo | None) -> list[tuple]:
         """The KV the engine held and the real tokens in it, over time (kept once the level has ended, and
@@ -141,6 +144,7 @@ class RunResult(TaskResult):
     warmup_s: dict[str, float] = field(default_factory=dict)  # each engine's warm-up, measured
     ended_s: float | None = None  # perf_counter at the end: wall_s = ended_s - origin_s
     estimate_s: float | None = None  # the estimate (lab.estimate) the page showed for this plan when it started
+    hardware: dict = field(default_factory=dict)  # the floor's inputs (lab.runs.hardware), once the run has ended
 
     def name(self) -> str:
         """The run's workload."""
@@ -282,12 +286,33 @@ async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
 def _complete(result: RunResult, observers: Sequence[Observer]) -> None:
     """Close the levels a stop left open, then tell the observers the run ended."""
     result.ended_s = time.perf_counter()
+    result.hardware = hardware(result)
     for level in result.levels:
         if level.status == RunStatus.RUNNING:
             level.finish(result.engine_info.get(level.engine),
                          RunStatus.CANCELLED if result.status == RunStatus.CANCELLED else RunStatus.FAILED,
                          result.error)
     _notify(observers, "on_complete", result)
+
+
+def hardware(result: RunResult) -> dict:
+    """What a step's floor needs (lab.metrics.steps): the device's copy bandwidth, measured once per process now
+    that the engines are idle, and the model's weight bytes, computed from its config; each missing one says why."""
+    from lab.engines.bandwidth import measure
+    from lab.engines.base import DTYPE_BYTES
+
+    engine = result.plan.engine
+    found: dict = {}
+    try:
+        config = json.loads((Path(result.model_path) / "config.json").read_text())
+        found["weight_bytes"] = weight_bytes(config, DTYPE_BYTES[engine.resolved_dtype()])
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        found["weight_bytes_missing"] = f"no Llama-style config.json beside the model ({type(exc).__name__}: {exc})"
+    try:
+        found["bandwidth"] = measure(engine.resolved_device())
+    except Exception as exc:  # noqa: BLE001 - a floor not computed never fails the run
+        found["bandwidth_missing"] = f"the copy probe failed ({type(exc).__name__}: {exc})"
+    return found
 
 
 def level_order(plan: RunPlan) -> Iterator[tuple[int, int, str]]:
@@ -391,6 +416,7 @@ def summary_dict(result: RunResult) -> dict:
             entry["goodput_req_s"], entry["slo_met"] = s.goodput_req_s, s.slo_met
         if level.kv:
             entry["kv"] = level.kv
+        entry["steps"] = level.steps
         runs.append(entry)
     plan = result.plan
     return {
@@ -413,9 +439,21 @@ def summary_dict(result: RunResult) -> dict:
         "ratios": {ratio_key(top, base): {str(users): value for users, value in result.ratio(base, top).items()}
                    for top, base in ratio_pairs(plan.engines)},
         "spread": spread_dict(runs, ratio_pairs(plan.engines)),
+        "factors": factors_dict(runs, plan.engines, result.hardware), "hardware": result.hardware,
         "warmup_s": dict(result.warmup_s), "wall_s": wall_s(result), "estimate_s": result.estimate_s,
         "turns": turn_rows([(level.engine, level.users, level.repeat, level.records) for level in result.levels]),
     }
+
+
+def factors_dict(runs: list[dict], engines, found: dict) -> dict:
+    """summary.json's ``factors``: the first ratio's identity per level (lab.metrics.steps), with each engine's
+    floor where the hardware's figures are known."""
+    pairs = ratio_pairs(engines)
+    if not pairs:
+        return {}
+    factors = all_factors(runs, base=pairs[0][1], top=pairs[0][0])
+    add_floors(factors, found.get("weight_bytes"), found.get("bandwidth", {}).get("bytes_per_s"))
+    return factors
 
 
 def wall_s(result: RunResult) -> float | None:

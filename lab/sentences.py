@@ -8,7 +8,7 @@ notebook 07 print these same sentences.
 
 from __future__ import annotations
 
-from lab.ladder import RUNGS, largest
+from lab.ladder import RUNGS, largest_clear
 
 
 def times(value: float) -> str:
@@ -48,13 +48,20 @@ def _factor_lines(factors: list[dict], product: float | None, users: int | None)
         return []
     parts = [f"{factor_words(f)} from {_mechanism(f, users)} ({f['lower']} → {f['upper']})" for f in factors]
     lines = ["Step by step: " + "; ".join(parts) + (f" (their product: {product:.2f}x)." if product else ".")]
-    clear = [f for f in factors if f["n"] == 1 or not f["low"] <= 1 <= f["high"]]
-    big = largest(clear)
+    big = largest_clear(factors)
     if big is None:
         return lines + ["No step stands out: every step's repeats straddle 1."]
     verb = "cost the most" if big["value"] < 1 else "gave the most"
     return lines + [f"Of these steps, {_mechanism(big, users)} ({big['lower']} → {big['upper']}) {verb}: "
                     f"{factor_words(big)}."]
+
+
+def largest_words(factors: list[dict]) -> str:
+    """A ladder's headline: its largest step clear of its repeats' spread, or that none is."""
+    big = largest_clear(factors)
+    if big is None:
+        return "no step stands out: every step's repeats straddle 1"
+    return f"the largest step is **{big['lower']} → {big['upper']}**, {factor_words(big)} ({big['mechanism']})"
 
 
 def _mechanism(f: dict, users: int | None) -> str:
@@ -111,7 +118,7 @@ def _side_line(side: dict) -> str:
         if side["n"] > 1 and side["low"] <= 1 <= side["high"]:
             return said + ": the lab's users and streaming cost nothing measurable here."
         if side["value"] > 1:
-            return said + ": the ceiling, and what the lab's users and streaming cost."
+            return said + ": offline bounds the served vLLM here; the gap is what the lab's users and streaming cost."
         return said + ": served vLLM beat offline here."
     return f"{side['mechanism'][:1].upper()}{side['mechanism'][1:]}: {value} {pair}."
 

@@ -4,6 +4,7 @@ gradio_client and in headless Chromium (marked ui)."""
 import dataclasses
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.app.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
 from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig
+from lab.runs import summary_dict
 from lab.store import list_runs
 
 CHROMIUM = "/usr/bin/chromium"
@@ -416,6 +418,11 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     table = page.inner_text("#latency")
     assert "hf" in table and "vllm" in table
     assert page.evaluate(WORDS_BROKEN, "#latency") == []
+    caption = page.inner_text("#ratio-caption")  # each level's ratio taken apart into its steps, and the floor
+    for users in host.result.plan.load.users:
+        level = summary_dict(host.result)["factors"][str(users)]
+        assert f"At {users} users, vLLM/HF {level['product']:.2f}x = " in caption
+    assert "tokens per step" in caption and "its floor" in caption
     wait_text(page, "#estimate", "stored run", 20)  # right after the run: what it taught, no edit needed
     assert not page.query_selector("#busy .kv-spin")
     shot = Path(os.environ.get("KVLAB_SCREENSHOT", tmp_path / "dashboard.png"))
@@ -870,9 +877,13 @@ def open_why_tab(browser, url, **options):
     return open_tab(browser, url, "Why", "#why-run", **options)
 
 
-def run_ladder(page, repeats, rungs):
+def run_ladder(page, repeats, rungs, users="1"):
+    """The overhead preset (the cheapest load) at ``users``: the tab's default (spread at every load) takes minutes."""
+    page.click("#why-preset input")
+    page.get_by_role("option", name=re.compile("^overhead")).click()
     page.fill("#why-repeats input", str(repeats))
     page.fill("#why-rungs textarea", rungs)
+    page.fill("#why-users textarea", users)
     page.click("#why-run")
 
 
@@ -888,15 +899,18 @@ def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(se
     wait_text(page, "#why-message", "Input error", 20)
     assert "unknown rung 'warp'" in page.inner_text("#why-message")
     assert host.experiment is before and not host.running()
-    run_ladder(page, 1, "hf,vllm")
+    run_ladder(page, 1, "hf,vllm", users="1,2")
     wait_text(page, "#why-message", "Experiment why", 30)
     wait_text(page, "#why-progress", "status ok", 240)
     wait_text(page, "#why-caption", "HF's output tok/s", 20)
-    fields = host.experiment.fields
+    levels = host.experiment.fields["levels"]
     caption = page.inner_text("#why-caption")
-    assert f"{fields['total']['value']:.2f}x" in caption and "a step took" in caption  # 1 user: its step times
-    assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 1
-    assert "hf → vllm" in page.inner_text("#why-factors")
+    assert "Across users (measured)" in caption and "taken apart by steps" in caption  # factors across users
+    for users in ("1", "2"):
+        assert f"{levels[users]['total']['value']:.2f}x at {users} user" in caption
+    assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 3  # total + steps
+    factors = page.inner_text("#why-factors")
+    assert "hf → vllm" in factors and "users" in factors
     assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.experiment.id
     page.click("#why-stored input")
     page.get_by_role("option", name=host.experiment.id).click()  # the history shows it again
@@ -912,7 +926,7 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     host, url = served
     page = open_why_tab(browser, url)
     page.wait_for_selector("#why-run:enabled", timeout=20_000)
-    run_ladder(page, 5, "hf,vllm")
+    run_ladder(page, 5, "hf,vllm", users="1")
     wait_text(page, "#why-message", "started", 30)
     deadline = time.monotonic() + 240
     while not (host.experiment and host.experiment.experiment == "why" and len(host.experiment.rows) >= 2):

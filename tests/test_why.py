@@ -39,10 +39,14 @@ def test_the_chain_multiplies_to_vllm_over_hf_and_each_factor_has_its_spread(tok
 def test_a_skipped_rung_merges_its_step_and_a_cpu_has_no_graphs_step():
     cpu = decompose(BATCHING_LEADS, "cpu")
     assert [(f["lower"], f["upper"]) for f in cpu["factors"]] == [("hf", "hf-cb"), ("hf-cb", "vllm")]
-    assert cpu["factors"][1]["mechanism"] == "vLLM's scheduler and kernels"  # no CUDA graphs on a CPU
-    gpu = decompose({"hf": [10], "hf-cb": [12], "vllm": [60]}, "cuda")  # vllm-eager skipped on a GPU
-    both = "vLLM's scheduler and kernels + per-step overhead (CUDA graphs + torch.compile)"
-    assert gpu["factors"][1]["mechanism"] == both
+    engine = "vLLM's engine (its scheduler, block manager and batching loop, on transformers' model code)"
+    assert cpu["factors"][1]["mechanism"] == f"{engine} + vLLM's model code and kernels"  # no compile or graphs
+    gpu = decompose({"hf": [10], "hf-cb": [12], "vllm": [60]}, "cuda")  # the rungs between skipped on a GPU
+    every = (f"{engine} + vLLM's model code and kernels + torch.compile (vLLM's compilation) + per-step overhead "
+             f"(CUDA graphs)")
+    assert gpu["factors"][1]["mechanism"] == every
+    opened = decompose({"hf": [10], "hf-cb": [12], "vllm-hf-code": [15], "vllm": [30]}, "cpu")
+    assert [f["mechanism"] for f in opened["factors"]][1:] == [engine, "vLLM's model code and kernels"]
     assert [s["upper"] for s in cpu["sides"]] == ["vllm-engine"] and not cpu["sides"][0]["in_product"]
 
 
@@ -70,7 +74,8 @@ def test_the_caption_follows_the_measured_signs_and_premises():
     assert "ran up to 3 at once in the same tokens (measured), no more than HF's cap" in same
     assert why_caption({"total": None}).startswith("Nothing to compare yet")
     merged = why_caption(fields({"hf": [30, 36], "vllm-eager": [56, 42], "vllm": [155, 155]}, "cuda", users=1))
-    assert "from vLLM's scheduler and kernels (at 1 user nothing is batched) (hf → vllm-eager)" in merged
+    assert ("from vLLM's engine (its scheduler, block manager and batching loop, on transformers' model code) + "
+            "vLLM's model code and kernels (at 1 user nothing is batched) (hf → vllm-eager)") in merged
 
 
 @pytest.mark.parametrize("values, words", [

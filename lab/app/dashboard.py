@@ -34,6 +34,7 @@ from lab.plots import (
 from lab.runs import RunResult, summary_dict
 from lab.sentences import chat_answer, ratio_caption
 from lab.status import RequestStatus, RunStatus
+from lab.steps_words import factors_caption
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
 
@@ -213,7 +214,7 @@ def per_level_view(result: RunResult) -> PerLevel:
 def stored_view(summary: dict) -> PerLevel:
     """The per-level bars, the ratio, the latency table, the ratio's computed caption (with a chat run's per-turn
     sentences) and the TTFT per turn, of a run's summary.json."""
-    caption = " ".join([ratio_caption(summary), *chat_answer(summary)]).strip()
+    caption = "\n\n".join(p for p in [ratio_caption(summary), factors_caption(summary), *chat_answer(summary)] if p)
     return PerLevel(bars=tok_s_bars(summary), ratio=ratio_bars(summary), latency=latency_table(summary),
                     caption=caption, turns=turn_ttft_figure(summary))
 

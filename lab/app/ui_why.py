@@ -20,7 +20,7 @@ from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker, run_cancel_lines
 from lab.config import whole
 from lab.experiments import parse_params
-from lab.experiments.why import PRESET_WORDS, PRESETS
+from lab.experiments.why import LEVELS, PRESET_WORDS, PRESETS
 from lab.ladder import RUNGS
 from lab.plots_why import factors_table, fields_figure, ladder_figure
 from lab.report import write_report
@@ -29,12 +29,15 @@ from lab.store import list_experiments
 
 NO_LADDER = "No ladder yet: choose a preset and press **Run**."
 INTRO = ("The lab holds every contender, so it can take its own ratio apart. Each rung changes one mechanism and "
-         "runs the same seeded requests; the rungs take turns, repeat after repeat. The chain follows what a request "
-         "meets: how requests are batched (hf → hf-cb), whose scheduler and kernels run a step (→ vllm-eager), what "
-         "a step costs the CPU (→ vllm: CUDA graphs). A step's factor is its rung's tok/s over the rung below, and "
-         "the chain's steps multiply to vLLM / HF. Side rungs (HF compiled, vLLM's step loop, offline vLLM) are set "
-         "against one chain rung, outside the product. A rung the device cannot run is skipped with the reason and "
-         "its step merges with the next. The sentences under the figure are computed from the run.")
+         "runs the same seeded requests; the rungs take turns, repeat after repeat, at each user level. The chain "
+         "follows what a request meets: how requests are batched (hf → hf-cb), whose engine schedules them "
+         "(→ vllm-hf-code: vLLM's engine on transformers' model code), whose model code and kernels run a step "
+         "(→ vllm-eager), what a step costs the CPU (→ vllm-compiled, → vllm: torch.compile, CUDA graphs). A step's "
+         "factor is its rung's tok/s over the rung below, and the chain's steps multiply to vLLM / HF. Side rungs "
+         "(HF compiled, vLLM's step loop, offline vLLM) are set against one chain rung, outside the product. A rung "
+         "the device cannot run is skipped with the reason and its step merges with the next. Run at several user "
+         "levels, the figure shows how each factor moves with users. The sentences under the figure are computed "
+         "from the run.")
 
 
 # -- pure helpers ------------------------------------------------------------------------------------
@@ -53,11 +56,11 @@ class WhyHandlers:
     def __init__(self, host: Host):
         self.host = host
 
-    def start(self, preset: str, repeats, rungs: str) -> str:
+    def start(self, preset: str, repeats, rungs: str, users: str = "") -> str:
         """Start a ladder; returns the message line."""
         try:
             params = parse_params("why", {"preset": preset, "repeats": whole(repeats, "repeats"),
-                                          "rungs": rungs or ",".join(RUNGS)})
+                                          "rungs": rungs or ",".join(RUNGS), "users": (users or "").strip()})
             started, message = self.host.submit_experiment("why", params)
         except ValueError as exc:
             return f"**Input error:** {exc}"
@@ -124,12 +127,16 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
     with gr.Tab("Why", id="why"):
         gr.Markdown(INTRO)
         with gr.Row():
-            preset = gr.Dropdown([(f"{name}: {PRESET_WORDS[name]}", name) for name in PRESETS], value="overhead",
+            preset = gr.Dropdown([(f"{name}: {PRESET_WORDS[name]}", name) for name in PRESETS], value="spread",
                                  label="Preset (the load every rung runs)", elem_id="why-preset", scale=3,
                                  allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
             repeats = gr.Number(3, label="Repeats (turns of every rung)", precision=None, elem_id="why-repeats",
                                 scale=1)
-        rungs = gr.Textbox(",".join(RUNGS), label="Rungs (comma list; hf and vllm at least)", elem_id="why-rungs")
+        with gr.Row():
+            rungs = gr.Textbox(",".join(RUNGS), label="Rungs (comma list; hf and vllm at least)", elem_id="why-rungs",
+                               scale=3)
+            users = gr.Textbox(LEVELS.get(host.check.device, LEVELS["cpu"]), elem_id="why-users", scale=1,
+                               label="Users (the whole ladder at each level; empty: the preset's own)")
         run, cancel, message, progress = run_cancel_lines("why", NO_LADDER)
         figure = gr.Plot(label="Output tok/s per rung (measured)", elem_id="why-figure")
         caption = gr.Markdown(elem_id="why-caption")
@@ -139,7 +146,8 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
             refresh = gr.Button("Refresh", size="sm", scale=1)
         report = gr.File(label="The stored ladder's report (one HTML file, opens offline)", elem_id="why-report")
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs], [message], api_name="start_ladder",
+    run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs, users], [message],
+        api_name="start_ladder",
         show_progress="hidden")
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder",
         show_progress="hidden")

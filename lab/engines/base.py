@@ -111,6 +111,8 @@ class EngineSample:
     prefix_hits_total: int = 0
     prefix_queries: int = 0  # prompt tokens looked up in the prefix cache at this step
     prefix_hits: int = 0  # of which found cached
+    step_s: float | None = None  # the sample closes one engine step (one forward pass) that took this long
+    step_tokens: int | None = None  # output tokens that step made, where the engine says
 
 
 class SampleBuffer:
@@ -130,6 +132,39 @@ class SampleBuffer:
         with self._lock:
             taken, self._samples = self._samples, []
         return taken
+
+
+class StepClock:
+    """Times an engine's steps (its forward passes) the same way for every engine.
+
+    A step lasts from the later of the previous step's end and the moment work arrived at an idle engine, to the
+    moment the engine reports it: time an engine spends waiting for work is outside every step, and so counts
+    against its busy fraction (lab.metrics.steps), not its seconds per step. ``arrive`` and ``leave`` bracket one
+    unit of work (a request, or HF's batch); ``step`` is called by whatever thread sees a step end.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = 0
+        self._since: float | None = None
+
+    def arrive(self, now: float) -> None:
+        """Work arrived; an idle engine's next step starts now."""
+        with self._lock:
+            if self._held == 0:
+                self._since = now
+            self._held += 1
+
+    def leave(self) -> None:
+        """A unit of work ended."""
+        with self._lock:
+            self._held = max(0, self._held - 1)
+
+    def step(self, now: float) -> float | None:
+        """The step that ended at ``now`` took this long; None when no work ever arrived."""
+        with self._lock:
+            began, self._since = self._since, now
+        return None if began is None else max(0.0, now - began)
 
 
 @dataclass

@@ -28,6 +28,7 @@ from lab.engines.base import (
     RequestCancelled,
     RequestRejected,
     SampleBuffer,
+    StepClock,
     TokenChunk,
     check_fits,
     kv_bytes_per_token,
@@ -115,6 +116,7 @@ class HFEngine:
         self.model_path = model_path
         self._pending: queue.Queue = queue.Queue()
         self._samples = SampleBuffer()
+        self._clock = StepClock()  # a step: one generate() iteration, from the batch's start or the last one
         self._abort_epoch = 0  # abort_all() bumps it: batches started before then stop
         self._thread: threading.Thread | None = None
         self._fault: str | None = None  # the last batch's failure since reset, in words
@@ -291,6 +293,18 @@ class HFEngine:
         attention_mask = torch.tensor(mask, device=self.device)
         batch = _Batch(slots=slots, padded_len=padded, epoch=self._abort_epoch, fillers=fillers)
         self._sample(batch)  # the batch is formed: prefill of batch x padded length starts now
+        self._clock.arrive(time.perf_counter())
+        try:
+            self._generate(batch, input_ids, attention_mask)
+        finally:
+            self._clock.leave()
+        for slot in slots:  # generate() returned: every request gets its answer now
+            if not slot.done:
+                slot.done = True
+                self._push(slot, _END)
+
+    def _generate(self, batch: _Batch, input_ids, attention_mask) -> None:
+        slots, torch = batch.slots, self.torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         with torch.inference_mode():
@@ -304,10 +318,6 @@ class HFEngine:
                 logits_processor=LogitsProcessorList([_SuppressEos(self, batch)]),
                 **self._static_cache(),
             )
-        for slot in slots:  # generate() returned: every request gets its answer now
-            if not slot.done:
-                slot.done = True
-                self._push(slot, _END)
 
     def _static_cache(self) -> dict:
         """hf_compile: one static KV cache of max_model_len tokens per row, reset between batches, which generate()
@@ -327,7 +337,7 @@ class HFEngine:
         now = time.perf_counter()
         batch.step += 1
         aborted = batch.epoch != self._abort_epoch
-        endings = []
+        endings, step_s, useful = [], self._clock.step(now), sum(not slot.done for slot in batch.slots)
         for slot, token in zip(batch.slots, last_tokens, strict=True):
             if slot.done:
                 continue
@@ -341,12 +351,12 @@ class HFEngine:
                 slot.done = True
                 endings.append((slot, RequestCancelled("cancelled")))
         all_done = all(slot.done for slot in batch.slots)
-        self._sample(None if all_done else batch)  # before the last answer goes out, so the level sees the end
+        self._sample(None if all_done else batch, step_s, useful)  # before the last answer goes out: the level sees it
         for slot, item in endings:
             self._push(slot, item)
         return [slot.done for slot in batch.slots]
 
-    def _sample(self, batch: _Batch | None) -> None:
+    def _sample(self, batch: _Batch | None, step_s: float | None = None, step_tokens: int | None = None) -> None:
         per_token = self.info.kv_bytes_per_token if self.info else 0
         slots = slot_kinds(batch, self._cache_len()) if batch is not None else dict.fromkeys(KINDS_HELD, 0)
         sample = EngineSample(
@@ -354,6 +364,7 @@ class HFEngine:
             waiting=self._pending.qsize(), kv_reserved_bytes=slots["held"] * per_token,
             kv_real_bytes=slots["real"] * per_token, kv_reservation_bytes=slots["reservation"] * per_token,
             kv_internal_bytes=slots["internal"] * per_token, kv_external_bytes=slots["external"] * per_token,
+            step_s=step_s, step_tokens=step_tokens,
         )
         self._samples.add(sample)
 

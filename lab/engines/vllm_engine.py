@@ -260,6 +260,7 @@ class VLLMStepEngine(VLLMEngine):
         if problem:
             raise RequestRejected(problem)
         slot = StepSlot(request=request, out=asyncio.Queue(), request_id=f"{request.request_id}-{next(self._ids)}")
+        self._clock.arrive(time.perf_counter())
         self._steps.submit(slot)
         done = False
         try:
@@ -273,5 +274,6 @@ class VLLMStepEngine(VLLMEngine):
                     else:
                         yield item
         finally:
+            self._clock.leave()
             if not done:  # cancelled by the driver: free its blocks at the next step
                 self._steps.cancel(slot.request_id)

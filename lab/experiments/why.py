@@ -13,12 +13,13 @@ favours none. A preset chooses a load that holds the mechanism it is named for:
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from lab.config import MAX_REPEATS, LoadConfig
+from lab.config import MAX_REPEATS, LoadConfig, parse_users
 from lab.engines import create_engine, registry
 from lab.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
 from lab.load.driver import run_users
@@ -26,6 +27,7 @@ from lab.load.workloads import longest_request, make_requests
 from lab.memory import model_kv_bytes_per_token
 from lab.metrics import summarize
 from lab.metrics.kv import blocks_for
+from lab.metrics.steps import level_factors, level_steps
 from lab.runs import SETTLE_S
 from lab.session import through_cancel
 
@@ -54,7 +56,8 @@ PRESETS = {
     "memory": {"cpu": Load(8, 2, "spread", hf_cap=3), "cuda": Load(64, 2, "spread", hf_cap=16)},
 }
 PRESET_WORDS = {
-    "overhead": "1 user, short prompts: no batching or paging can act, so what differs is what one step costs",
+    "overhead": "short prompts, answers of one length: at 1 user no batching or paging can act, so what differs is "
+                "what one step costs",
     "spread": "answers of very different lengths, several per user: static batches wait for their longest answer, "
               "continuous batching refills a finished slot at the next step",
     "memory": "the same KV tokens for both: HF reserves each request's longest possible length up front (a static "
@@ -62,14 +65,19 @@ PRESET_WORDS = {
 }
 
 
+LEVELS = {"cpu": "1,4", "cuda": "1,8,64"}  # the ladder at every load: the levels a device runs unless told
+
+
 @dataclass(frozen=True)
 class Params:
     """preset: overhead, spread or memory (what the load holds); repeats: turns of every rung (interleaved);
-    rungs: the rungs to run, a comma list (hf and vllm at least)."""
+    rungs: the rungs to run, a comma list (hf and vllm at least); users: the user levels to run the preset's load
+    at, a comma list (the whole ladder at each, smallest first), empty for the preset's own level."""
 
     preset: str = "overhead"
     repeats: int = 3
     rungs: str = ",".join(RUNGS)
+    users: str = ""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -77,17 +85,29 @@ class Params:
         if not isinstance(self.repeats, int) or not 1 <= self.repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, not {self.repeats}")
         check_rungs(self.rung_names())
+        if self.users:
+            LoadConfig(users=parse_users(self.users))  # the load test's limits and words
 
     def rung_names(self) -> tuple[str, ...]:
         return tuple(n.strip() for n in self.rungs.replace(" ", ",").split(",") if n.strip())
 
-    def load(self, config) -> Load:
-        return PRESETS[self.preset]["cuda" if config.resolved_device() == "cuda" else "cpu"]
+    def levels(self, config) -> tuple[int, ...]:
+        """The user levels, smallest first."""
+        return tuple(sorted(set(parse_users(self.users)))) if self.users else (self.load(config).users,)
+
+    def load(self, config, users: int | None = None) -> Load:
+        """The preset's load on this device, at ``users`` (the preset's own level when None)."""
+        load = PRESETS[self.preset]["cuda" if config.resolved_device() == "cuda" else "cpu"]
+        return load if users is None else replace(load, users=users)
+
+    def widest(self, config) -> Load:
+        """The load at the largest level (what the rungs' shared settings are sized for)."""
+        return self.load(config, max(self.levels(config)))
 
 
 def check(params: Params, config) -> None:
     """The preset's requests must fit max_model_len (the memory preset sets its own)."""
-    load = params.load(config)
+    load = params.widest(config)
     LoadConfig(users=(load.users,), workload=load.workload, requests_per_user=load.requests_per_user,
                output_len=load.output_len)
     prompt, output = longest_request(load.workload, load.output_len)
@@ -119,31 +139,52 @@ def preset_config(params: Params, config, per_token: int):
     shared = budget(params, config, per_token).get("overrides")
     if shared:
         return config.with_overrides(**shared, hf_cb_page_size=shared["block_size"])
-    return config.with_overrides(hf_max_batch_size=max(config.hf_max_batch_size, params.load(config).users))
+    return config.with_overrides(hf_max_batch_size=max(config.hf_max_batch_size, params.widest(config).users))
 
 
 async def run(session, params: Params, result, notify) -> None:
-    """Start the rungs, run them in turns, fill the factors after every turn; stop what was started here."""
+    """At each user level, start (or reuse) the rungs and run them in turns, filling the factors after every turn;
+    stop what was started here."""
     device = session.check.device
     per_token = model_kv_bytes_per_token(session.check.model_path, session.config.resolved_dtype())
     config = preset_config(params, session.config, per_token)
-    load = params.load(config)
-    result.fields.update(_head(params, device, load, budget(params, session.config, per_token)))
+    shared = budget(params, session.config, per_token)
     result.fields["method"] = METHOD
-    requests = make_requests(session.tokenizer, load.workload, load.users * load.requests_per_user, 11,
-                             load.output_len, prefix="why")
-    rungs, kept = {}, getattr(session, "ladder_pool", None)  # a caller's pool keeps rung engines for its next ladder
+    kept = getattr(session, "ladder_pool", None)  # a caller's pool keeps rung engines for its next ladder
     pool = {} if kept is None else kept
     try:
-        await _start_rungs(session, params, config, device, rungs, pool, result, notify)
-        for repeat in range(params.repeats):  # odd repeats run backwards: drift favours no rung
-            turns = list(rungs.items()) if repeat % 2 == 0 else list(rungs.items())[::-1]
-            for name, engine in turns:
-                await _turn(name, engine, requests, load.users, repeat, params, result, notify, device)
+        for users in params.levels(config):
+            load = params.load(config, users)
+            result.fields.update(_head(params, device, load, shared))
+            await _level(session, params, config, device, pool, result, notify, load)
         result.message = "done"
     finally:
         if kept is None:
             await stop_pool(pool)
+
+
+async def _level(session, params: Params, config, device: str, pool: dict, result, notify, load: Load) -> None:
+    """The whole ladder at one level, kept in fields["levels"] when done."""
+    requests = make_requests(session.tokenizer, load.workload, load.users * load.requests_per_user, 11,
+                             load.output_len, prefix="why")
+    rungs: dict = {}
+    await _start_rungs(session, params, config, device, rungs, pool, result, notify)
+    for repeat in range(params.repeats):  # odd repeats run backwards: drift favours no rung
+        turns = list(rungs.items()) if repeat % 2 == 0 else list(rungs.items())[::-1]
+        for name, engine in turns:
+            await _turn(name, engine, requests, load.users, repeat, params, result, notify, device)
+    keep_level(result)
+
+
+LEVEL_KEYS = ("load", "rungs", "factors", "sides", "total", "product", "steps")
+
+
+def keep_level(result) -> None:
+    """The level just measured, kept under fields["levels"] (its users as the key) and in the caption."""
+    fields = result.fields
+    fields.setdefault("levels", {})[str(fields["load"]["users"])] = {
+        k: copy.deepcopy(fields.get(k)) for k in LEVEL_KEYS}
+    fill(None, result)
 
 
 async def stop_pool(pool: dict) -> None:
@@ -161,7 +202,8 @@ def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
             "load": {"users": load.users, "requests_per_user": load.requests_per_user, "workload": load.workload,
                      "output_len": load.output_len},
             "budget": {k: v for k, v in shared.items() if k != "overrides"} or None,
-            "repeats": params.repeats, "rungs": {}, "factors": [], "sides": [], "total": None, "product": None}
+            "repeats": params.repeats, "rungs": {}, "factors": [], "sides": [], "total": None, "product": None,
+            "steps": None}
 
 
 async def _start_rungs(session, params, config, device, rungs, pool, result, notify) -> None:
@@ -171,20 +213,20 @@ async def _start_rungs(session, params, config, device, rungs, pool, result, not
     for name in order:
         reason = skip_reason(name, device, asked)
         entry = result.fields["rungs"][name] = {"label": RUNGS[name].label, "engine": RUNGS[name].engine,
+                                                "flags": RUNGS[name].flags,
                                                 "status": "skipped" if reason else "starting", "reason": reason or "",
-                                                "tok_s": [], "tpot_ms": [], "peak_running": []}
+                                                "tok_s": [], "tpot_ms": [], "peak_running": [], "turns": []}
         if reason:
             continue
         rung_config = config.with_overrides(**dict(RUNGS[name].overrides))
-        rung_config = _as_wide_as_the_load(name, rung_config, params.load(config))
+        rung_config = _as_wide_as_the_load(name, rung_config, params.load(config, result.fields["load"]["users"]))
         rung_config = _beside_the_others(rung_config, RUNGS[name].engine, session.check.model_path)
         result.message = f"starting rung {name} ({RUNGS[name].label})"
         notify(result)
-        engine = _reuse(session, RUNGS[name].engine, rung_config) or pool.get((name, rung_config))
         began = time.perf_counter()
+        engine = await _engine(session, name, rung_config, pool, entry)
         if engine is None:
-            engine = pool[(name, rung_config)] = _create(name, rung_config, session.check.model_path)
-            await engine.start()
+            continue
         entry["args"] = engine.args if name == "offline" else engine.info.args
         entry["start_s"] = round(time.perf_counter() - began, 2)
         await _warm(name, engine, session.tokenizer, result, entry)
@@ -203,7 +245,9 @@ def _as_wide_as_the_load(name: str, config, load: Load):
         return config.with_overrides(hf_max_batch_size=min(config.hf_max_batch_size, load.users),
                                      max_model_len=min(config.max_model_len, longest))
     if name == "offline":
-        return config.with_overrides(max_num_seqs=min(config.max_num_seqs, load.users))
+        from lab.engines.vllm import batch_limits
+
+        return config.with_overrides(max_num_seqs=min(batch_limits(config)["max_num_seqs"], load.users))
     return config
 
 
@@ -219,6 +263,36 @@ def _beside_the_others(config, engine: str, model_path: str):
     need = (weights_bytes(model_path, config.resolved_dtype()) or 0) + (config.kv_cache_gib + 3) * 1024**3
     share = round(min(config.gpu_memory_utilization, need / read_device("cuda").total_bytes + 0.01), 3)
     return config.with_overrides(gpu_memory_utilization=share)
+
+
+OPTIONAL_START = ("vllm-hf-code", "vllm-compiled")  # rungs whose start may fail on a device: skipped, reason kept
+
+
+async def _engine(session, name: str, config, pool: dict, entry: dict):
+    """The rung's engine: the session's, one a pool holds, or a new one started; None (the rung skipped with the
+    error it raised) where an optional rung's engine fails to start here."""
+    engine = _reuse(session, RUNGS[name].engine, config) or pool.get((name, config))
+    if engine is not None:
+        return engine
+    engine = _create(name, config, session.check.model_path)
+    try:
+        await engine.start()
+    except Exception as exc:
+        if name not in OPTIONAL_START:
+            raise
+        log.exception("rung %s did not start", name)
+        entry["status"], entry["reason"] = "skipped", f"its engine failed to start here: {type(exc).__name__}: {exc}"
+        await _stop_quietly(engine)
+        return None
+    pool[(name, config)] = engine
+    return engine
+
+
+async def _stop_quietly(engine) -> None:
+    try:
+        await engine.stop()
+    except Exception:
+        log.exception("stopping %s after its failed start", engine.name)
 
 
 def _reuse(session, engine_name: str, config):
@@ -276,10 +350,13 @@ async def _turn(name, engine, requests, users, repeat, params, result, notify, d
                                f" ({summary.errors} errors, {summary.cancelled} cancelled)")
         tok_s, tpot = summary.output_tok_s, summary.tpot_s.p50
         peak = max((s.running for s in samples), default=None)
+        kv_per_token = engine.info.kv_bytes_per_token if engine.info else None
+        entry["turns"].append({"repeat": repeat, "output_tokens": summary.output_tokens,
+                               "duration_s": summary.duration_s, "steps": level_steps(samples, kv_per_token)})
     entry["tok_s"].append(round(tok_s, 3))
     entry["tpot_ms"].append(None if tpot is None else round(tpot * 1000, 2))
     entry["peak_running"].append(peak)
-    result.rows.append({"rung": name, "repeat": repeat, "output_tok_s": round(tok_s, 3),
+    result.rows.append({"rung": name, "users": users, "repeat": repeat, "output_tok_s": round(tok_s, 3),
                         "tpot_p50_ms": entry["tpot_ms"][-1], "peak_running": peak})
     fill(None, result)
     notify(result)
@@ -300,4 +377,26 @@ def fill(session, result) -> None:
         done = [v for v in entry["tpot_ms"] if v is not None]
         entry["tpot_ms_median"] = round(statistics.median(done), 2) if done else None
     result.series = {"tok_s": tok_s}
-    fields["caption"] = why_caption(fields)
+    fields["steps"] = rung_steps(fields)
+    fields["caption"] = levels_caption(fields, why_caption(fields))
+
+
+def levels_caption(fields: dict, level_caption: str) -> str:
+    """A ladder of several levels: what moved across them, then the level now running or last run in detail."""
+    from lab.steps_words import ladder_levels_lines
+
+    lines = ladder_levels_lines(fields.get("levels", {}))
+    if not lines:
+        return level_caption
+    users = fields["load"]["users"]
+    return "\n".join(f"- {line}" for line in lines) + f"\n\nAt {users} user{'s' if users > 1 else ''}:\n" + \
+        level_caption
+
+
+def rung_steps(fields: dict) -> dict | None:
+    """hf -> vllm at this level taken apart as a load test's level is (lab.metrics.steps): tokens per step x time
+    per step x busy fraction, from the turns both rungs finished; None where either timed no step."""
+    rungs, users = fields.get("rungs", {}), fields.get("load", {}).get("users")
+    runs = [{"engine": name, "users": users, **turn} for name in ("hf", "vllm")
+            for turn in rungs.get(name, {}).get("turns", [])]
+    return level_factors(runs, users, "hf", "vllm") if runs else None
