@@ -10,6 +10,8 @@ to adjacent levels; it stops at --max-users (capacity "at least" that many). Wit
 on an open-loop request rate from --start-rate (halving first while the start misses), until the bracket is
 within ``RATE_RESOLUTION`` of its top. ``search`` drives any ``probe(level, repeat)`` coroutine through it, so the
 tests run it on a fake probe and the CLI on the lab's engines (``run_level``, as ``bench`` runs a level).
+``run_capacity`` is the one runner on a session: the CLI calls it, and so does the page's Capacity tab, through the
+experiment lab.experiments.capacity_search (its Params are the CLI's options; refusals name them as ``names`` says).
 
 A probe's size: closed loop, every user sends at least --requests-per-user (3) and the probe at least
 --min-requests (20) in all, so that the 1-user probe's p95 rests on 20 requests, not 3 (a p95 of 20 samples still
@@ -46,7 +48,7 @@ from lab.engines.base import EngineFault
 from lab.environment import read_device, versions
 from lab.metrics import e2e_from_schedule_s, itls_s, percentile, ratio_pairs, summarize, tpot_s, ttft_from_schedule_s
 from lab.runs import REQUEST_COLUMNS, SETTLE_S, RunResult, request_rows, run_level, warm_up
-from lab.status import RequestStatus
+from lab.status import RequestStatus, RunStatus
 from lab.tasks import TaskResult, supervise
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,10 @@ RATE_RESOLUTION = 0.10  # a rate search stops when the bracket is within 10% of 
 DEFAULT_TIME_LIMIT_S = 1800.0  # half an hour: a CPU search of two engines to 16 users fits
 MAX_TIME_LIMIT_S = 86400.0  # a day: past it a typo (100000 for 100) would hold the lab for days
 TIME_LIMIT = "time limit"  # why a search stopped early (capacity.json's ``ended``)
+RUNNING, WAITING = "running", "waiting"  # ``ended`` while the search goes: this engine's goes on, or is still to come
+FLAGS = {"slo": "--slo", "max_users": "--max-users", "requests_per_user": "--requests-per-user",
+         "min_requests": "--min-requests", "time_limit": "--time-limit", "start_rate": "--start-rate",
+         "max_rate": "--max-rate"}  # how a refusal names each bound: the CLI's flags (the Params: its fields)
 
 
 # -- targets ---------------------------------------------------------------------------------------------------
@@ -89,8 +95,9 @@ class Target:
         return {"name": self.name, **dataclasses.asdict(self)}
 
 
-def parse_targets(text: str) -> tuple[Target, ...]:
+def parse_targets(text: str, flag: str = FLAGS["slo"]) -> tuple[Target, ...]:
     """'ttft_p95=2s,tpot_p95=150ms' as Targets (lab.config.parse_slo splits it; a bare metric is its p95).
+    ``flag``: how a refusal names the field (--slo on the CLI, slo in the page's and the experiment's Params).
 
     Raises:
         ValueError: no target, an unknown metric, a percentile outside PERCENTILES, a limit of 0 or below, or a
@@ -98,28 +105,28 @@ def parse_targets(text: str) -> tuple[Target, ...]:
     """
     pairs = parse_slo(text)
     if not pairs:
-        raise ValueError("--slo: give at least one latency target, e.g. --slo ttft_p95=2s,tpot_p95=150ms")
-    targets = tuple(target(name, limit) for name, limit in pairs)
+        raise ValueError(f"{flag}: give at least one latency target, e.g. ttft_p95=2s,tpot_p95=150ms")
+    targets = tuple(target(name, limit, flag) for name, limit in pairs)
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
-        raise ValueError(f"--slo: each target once, got {', '.join(names)}")
+        raise ValueError(f"{flag}: each target once, got {', '.join(names)}")
     return targets
 
 
-def target(name: str, limit: float) -> Target:
+def target(name: str, limit: float, flag: str = FLAGS["slo"]) -> Target:
     """One NAME=LIMIT pair as a Target (ValueError naming what is wrong)."""
     metric, _, suffix = name.partition("_p")
     if metric not in METRICS:
-        raise ValueError(f"--slo: unknown metric {metric!r} in {name!r}; use one of {', '.join(METRICS)}, with a "
+        raise ValueError(f"{flag}: unknown metric {metric!r} in {name!r}; use one of {', '.join(METRICS)}, with a "
                          f"percentile suffix _pNN (e.g. ttft_p95=2s)")
     low, high = PERCENTILES
     if suffix and not DECIMAL.fullmatch(suffix):
-        raise ValueError(f"--slo: {name!r}: after _p give a percentile from {low:g} to {high:g} (e.g. {metric}_p95)")
+        raise ValueError(f"{flag}: {name!r}: after _p give a percentile from {low:g} to {high:g} (e.g. {metric}_p95)")
     pct = float(suffix) if suffix else DEFAULT_PERCENTILE
     if not low <= pct <= high:
-        raise ValueError(f"--slo: {name}: percentile {pct:g} is outside {low:g}-{high:g}; use e.g. {metric}_p99")
+        raise ValueError(f"{flag}: {name}: percentile {pct:g} is outside {low:g}-{high:g}; use e.g. {metric}_p99")
     if limit <= 0:
-        raise ValueError(f"--slo: {name} must be a positive time (e.g. {name}=2s or {name}=150ms), not {limit:g}")
+        raise ValueError(f"{flag}: {name} must be a positive time (e.g. {name}=2s or {name}=150ms), not {limit:g}")
     return Target(metric, pct, limit)
 
 
@@ -270,25 +277,28 @@ async def search(space: Space, targets: tuple[Target, ...], probe: Probe,
     keep = keep or (lambda run: None)
     try:
         while (level := next_level(space, outcomes)) is not None:
-            outcomes[level] = await decide(level, targets, probe, keep, deadline)
+            await decide(level, targets, probe, keep, deadline, outcomes)
     except TimeLimit:
         return outcomes, TIME_LIMIT
     return outcomes, ""
 
 
-async def decide(level: float, targets: tuple[Target, ...], probe: Probe, keep, deadline: float | None) -> bool:
-    """Run a level once, and once more when it sits near a limit; whether it met the target."""
+async def decide(level: float, targets: tuple[Target, ...], probe: Probe, keep, deadline: float | None,
+                 outcomes: dict[float, bool]) -> None:
+    """Run a level once, and once more when it sits near a limit; whether it met the target goes into
+    ``outcomes`` before ``keep`` sees the run that decided it (so what keep writes holds the verdict)."""
     first = await before(probe(level, 0), deadline)
     first.met, first.near = meets(first.values, targets), is_near(first.values, targets)
     first.level_met = first.met if not first.near else None
+    if not first.near:
+        outcomes[level] = first.met
     keep(first)
     if not first.near:
-        return first.met
+        return
     second = await before(probe(level, 1), deadline)
     second.met, second.near = meets(second.values, targets), is_near(second.values, targets)
-    first.level_met = second.level_met = meets(mean_values(first, second), targets)
+    first.level_met = second.level_met = outcomes[level] = meets(mean_values(first, second), targets)
     keep(second)
-    return second.level_met
 
 
 async def before(coro: Awaitable, deadline: float | None):
@@ -454,52 +464,57 @@ def capacity_plan(slo: str, engines: tuple[str, ...], config, *, workload: str =
                   requests_per_user: int = REQUESTS_PER_USER, min_requests: int = MIN_REQUESTS,
                   output_len: int | None = None, warmup: int = 2, seed: int = 0, think_s: float = 1.0,
                   rate_search: bool = False, start_rate: float = 1.0, max_rate: float = MAX_RATE,
-                  time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> CapacityPlan:
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S, names: dict[str, str] = FLAGS) -> CapacityPlan:
     """A validated CapacityPlan: every rule checked here, before any engine loads (the largest probe's load and
-    RunPlan included: engines, workload, lengths against max_model_len).
+    RunPlan included: engines, workload, lengths against max_model_len). ``config`` None checks every rule but the
+    engines' and the lengths' (they need the engine config); ``names``: how a refusal names each bound (FLAGS).
 
     Raises:
         ValueError: naming the value, the limit and the way out.
     """
-    targets = parse_targets(slo)
-    check_bounds(max_users, requests_per_user, min_requests, time_limit_s)
-    check_rates(start_rate, max_rate, rate_search)
+    targets = parse_targets(slo, names["slo"])
+    check_bounds(max_users, requests_per_user, min_requests, time_limit_s, names)
+    check_rates(start_rate, max_rate, rate_search, names)
     load = LoadConfig(users=(max_users,), workload=workload, requests_per_user=requests_per_user,
                       output_len=output_len, warmup_requests=warmup, seed=seed, think_s=think_s,
                       slo=goodput_slo(targets))
     plan = CapacityPlan(targets, tuple(engines), load, max_users, requests_per_user, min_requests, rate_search,
                         start_rate, max_rate, time_limit_s)
-    top = plan.max_rate if rate_search else plan.max_users
-    RunPlan(engines=plan.engines, load=probe_load(plan, top), engine=config)
+    if config is not None:
+        top = plan.max_rate if rate_search else plan.max_users
+        RunPlan(engines=plan.engines, load=probe_load(plan, top), engine=config)
     return plan
 
 
-def check_bounds(max_users: int, requests_per_user: int, min_requests: int, time_limit_s: float) -> None:
-    """--max-users, --requests-per-user, --min-requests and --time-limit within the lab's limits."""
+def check_bounds(max_users: int, requests_per_user: int, min_requests: int, time_limit_s: float,
+                 names: dict[str, str] = FLAGS) -> None:
+    """--max-users, --requests-per-user, --min-requests and --time-limit within the lab's limits (each refusal
+    names its bound as ``names`` says)."""
+    users, per, least, limit = (names[k] for k in ("max_users", "requests_per_user", "min_requests", "time_limit"))
     if not 1 <= max_users <= MAX_USERS:
-        raise ValueError(f"--max-users must be from 1 to {MAX_USERS} (the lab's limit of users per level), "
+        raise ValueError(f"{users} must be from 1 to {MAX_USERS} (the lab's limit of users per level), "
                          f"not {max_users}")
     if requests_per_user < 1:
-        raise ValueError(f"--requests-per-user (requests per user in a probe) must be at least 1, "
-                         f"not {requests_per_user}")
+        raise ValueError(f"{per} (requests per user in a probe) must be at least 1, not {requests_per_user}")
     if not 1 <= min_requests <= MAX_REQUESTS:
-        raise ValueError(f"--min-requests must be from 1 to {MAX_REQUESTS}, not {min_requests}")
+        raise ValueError(f"{least} must be from 1 to {MAX_REQUESTS}, not {min_requests}")
     if max_users * requests_per_user > MAX_REQUESTS:
-        raise ValueError(f"--max-users {max_users} x --requests-per-user {requests_per_user} = "
+        raise ValueError(f"{users} {max_users} x {per} {requests_per_user} = "
                          f"{max_users * requests_per_user} requests in the top probe, past the limit of "
                          f"{MAX_REQUESTS} per level: lower one of them")
     if not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
-        raise ValueError(f"--time-limit must be above 0 and at most {MAX_TIME_LIMIT_S:g} seconds (a day), "
+        raise ValueError(f"{limit} must be above 0 and at most {MAX_TIME_LIMIT_S:g} seconds (a day), "
                          f"not {time_limit_s:g}")
 
 
-def check_rates(start: float, most: float, rate_search: bool) -> None:
+def check_rates(start: float, most: float, rate_search: bool, names: dict[str, str] = FLAGS) -> None:
     """--start-rate and --max-rate: above 0, at most MAX_RATE, the start at most the top."""
-    for name, value in (("--start-rate", start), ("--max-rate", most)):
+    for name, value in ((names["start_rate"], start), (names["max_rate"], most)):
         if not 0 < value <= MAX_RATE:
             raise ValueError(f"{name} must be above 0 and at most {MAX_RATE:g} requests per second, not {value:g}")
     if rate_search and start > most:
-        raise ValueError(f"--start-rate {start:g} is above --max-rate {most:g}: lower the start or raise the top")
+        raise ValueError(f"{names['start_rate']} {start:g} is above {names['max_rate']} {most:g}: lower the start "
+                         f"or raise the top")
 
 
 # -- the result ----------------------------------------------------------------------------------------------------
@@ -565,7 +580,8 @@ def settings(plan: CapacityPlan) -> dict:
 
 def engine_capacity(result: CapacityResult, name: str) -> dict:
     """One engine's capacity (capacity_of), how its search ended and the levels it probed."""
-    found = result.searches.get(name, {"outcomes": {}, "ended": "not run"})
+    found = result.searches.get(name, {"outcomes": {}, "ended": WAITING if result.status == RunStatus.RUNNING
+                                       else "not run"})
     finished = found["ended"] == "done"
     space = result.plan.space()
     return {**capacity_of(space, found["outcomes"], finished), "ended": found["ended"], "unit": result.plan.unit,
@@ -597,9 +613,16 @@ def times_words(ratio: float) -> str:
 
 
 def capacity_answer(data: dict) -> list[str]:
-    """The computed sentences of a capacity result: the headline, Little's law, the repeats, early stops."""
-    lines = [headline(data), little_line(data), repeat_line(data), *stop_lines(data)]
+    """The computed sentences of a capacity result: the headline, what broke each engine's target first, Little's
+    law, the repeats, early stops."""
+    lines = [headline(data), *limit_lines(data), little_line(data), repeat_line(data), *stop_lines(data)]
     return [line for line in lines if line]
+
+
+def capacity_caption(data: dict) -> str:
+    """The sentences as the page shows them under its figure (one paragraph each), computed again from the data:
+    a capacity.json written before a sentence existed gets it too."""
+    return "\n\n".join(capacity_answer(data))
 
 
 def headline(data: dict) -> str:
@@ -617,9 +640,11 @@ def join_words(parts: list[str]) -> str:
 
 
 def served_words(name: str, found: dict) -> str:
-    """What one engine served, said by its bound."""
+    """What one engine served, said by its bound (while the search goes: so far)."""
     label, unit, verb = registry.label(name), found["unit"], "served" if found["unit"] == "users" else "sustained"
     value = level_words(found["value"], unit)
+    if found["ended"] in (RUNNING, WAITING):
+        return so_far_words(label, verb, found)
     if found["bound"] == "exact":
         return f"{label} {verb} {value} ({level_words(found['failed_at'], unit)} missed it)"
     if found["bound"] == "none":
@@ -631,6 +656,16 @@ def served_words(name: str, found: dict) -> str:
         return f"{label} {verb} at least {value} (the most probed: every level met the target)"
     cap = f", fewer than {level_words(found['failed_at'], unit)}" if found["failed_at"] is not None else ""
     return f"{label} {verb} at least {value}{cap} (its search stopped early: {found['ended']})"
+
+
+def so_far_words(label: str, verb: str, found: dict) -> str:
+    """An engine whose search goes on (or has not begun): what its levels show so far."""
+    if found["ended"] == WAITING:
+        return f"{label} waits its turn"
+    missed = f"; {level_words(found['failed_at'], found['unit'])} missed it" if found["failed_at"] is not None else ""
+    if found["value"]:
+        return f"{label} {verb} {level_words(found['value'], found['unit'])} so far (its search goes on{missed})"
+    return f"{label}'s search goes on (no level met the target yet{missed})"
 
 
 def ratio_words(key: str, found: dict, data: dict) -> str:
@@ -687,8 +722,71 @@ def repeat_line(data: dict) -> str:
 def stop_lines(data: dict) -> list[str]:
     """An engine whose search stopped early: its capacity is a lower bound."""
     return [f"{registry.label(name)}'s search ended early ({found['ended']}): its capacity is a lower bound."
-            for name, found in data["capacity"].items() if found["ended"] not in ("done", "not run")
+            for name, found in data["capacity"].items() if found["ended"] not in ("done", "not run", RUNNING, WAITING)
             and found["bound"] == "at_least"]
+
+
+def limit_lines(data: dict) -> list[str]:
+    """Per engine, which target broke first (at the lowest level that missed it) or, where no level missed, which
+    came nearest its limit: from the probes' measured percentiles."""
+    return [line for name in data["engines"] if (line := limit_line(name, data))]
+
+
+def limit_line(name: str, data: dict) -> str:
+    """One engine's: what broke its target first, or what came nearest ('' before its first probe)."""
+    runs = [p for p in data["probes"] if p["engine"] == name]
+    failed_at = data["capacity"][name]["failed_at"]
+    if not runs:
+        return ""
+    if failed_at is None:
+        return nearest_words(name, runs, data)
+    return broke_words(name, [p for p in runs if p["level"] == failed_at], data)
+
+
+def target_label(target: dict) -> str:
+    """'TTFT p95'."""
+    return f"{target['metric'].upper()} p{target['percentile']:g}"
+
+
+def level_values(runs: list[dict]) -> dict[str, float | None]:
+    """A level's target values as its verdict read them: one run's, or the mean of its two (None where one has
+    none)."""
+    if len(runs) == 1:
+        return runs[0]["values"]
+    return {k: None if v is None or runs[1]["values"].get(k) is None else (v + runs[1]["values"][k]) / 2
+            for k, v in runs[0]["values"].items()}
+
+
+def broke_words(name: str, runs: list[dict], data: dict) -> str:
+    """'HF broke the target first on TTFT p95 (5.13 s against 2 s) at 2 users, while TPOT p95 held (42.3 ms,
+    within 100 ms); measured.'"""
+    values = level_values(runs)
+    broke, held = [], []
+    for t in data["targets"]:
+        value = values.get(t["name"])
+        if value is None:
+            broke.append(f"{target_label(t)} (no value: its rank fell among failed requests)")
+        elif value > t["limit_s"]:
+            broke.append(f"{target_label(t)} ({seconds_words(value)} against {seconds_words(t['limit_s'])})")
+        else:
+            held.append(f"{target_label(t)} ({seconds_words(value)}, within {seconds_words(t['limit_s'])})")
+    both = ", the mean of its two runs there" if len(runs) > 1 else ""
+    kept = f", while {join_words(held)} held" if held else ""
+    return (f"{registry.label(name)} broke the target first on {join_words(broke)} at "
+            f"{level_words(runs[0]['level'], data['unit'])}{kept} (measured{both}).")
+
+
+def nearest_words(name: str, runs: list[dict], data: dict) -> str:
+    """An engine that missed at no level probed: the target that came nearest its limit, and where."""
+    shares = [(p["values"][t["name"]] / t["limit_s"], p, t) for p in runs for t in data["targets"]
+              if p["values"].get(t["name"]) is not None]
+    if not shares:
+        return ""
+    share, probe, t = max(shares, key=lambda found: found[0])
+    return (f"{registry.label(name)} missed the target at no level probed; nearest its limit came "
+            f"{target_label(t)}: {seconds_words(probe['values'][t['name']])} at "
+            f"{level_words(probe['level'], data['unit'])}, {share:.0%} of its {seconds_words(t['limit_s'])} "
+            f"(measured; the share computed).")
 
 
 def probe_line(name: str, probe: ProbeResult, plan: CapacityPlan) -> str:
@@ -714,36 +812,60 @@ def new_capacity(session, plan: CapacityPlan) -> CapacityResult:
                           versions=versions())
 
 
+def _nothing(*args) -> None:
+    """A hook that watches nothing."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How a caller watches a search: ``update`` with the result after every probe and at the end (the CLI writes
+    capacity.json and stores it; the page's experiment refreshes its fields), ``probe`` with each finished run (the
+    CLI's progress lines), ``step`` with the result when a step begins (engine start, warm-up, a probe: its
+    ``message`` is the page's progress line)."""
+
+    update: Callable[[CapacityResult], None] = _nothing
+    probe: Callable[[str, ProbeResult], None] = _nothing
+    step: Callable[[CapacityResult], None] = _nothing
+
+    def say(self, result: CapacityResult, message: str) -> None:
+        """A new step: its message on the result, and the ``step`` hook told."""
+        result.message = message
+        self.step(result)
+
+
 async def run_capacity(session, plan: CapacityPlan, result: CapacityResult | None = None,
                        on_update: Callable[[CapacityResult], None] | None = None,
-                       on_probe: Callable[[str, ProbeResult], None] | None = None) -> CapacityResult:
-    """Start the session's engines (if not started), then search each engine in turn; never loses a probe.
+                       on_probe: Callable[[str, ProbeResult], None] | None = None,
+                       on_step: Callable[[CapacityResult], None] | None = None) -> CapacityResult:
+    """Start the session's engines (if not started), then search each engine in turn; never loses a probe. The one
+    runner of a capacity search: ``python -m lab capacity`` and the page's experiment (capacity_search) call it.
 
     Args:
         session: A LabSession holding the plan's engines (started here if it is not).
         plan: Targets, engines, load and bounds.
         result: The result to fill (to watch it live), else a new one.
-        on_update: Called with the result after every probe (write the files, store it).
+        on_update: Called with the result after every probe and at the end (write the files, store it).
         on_probe: Called with each finished run (progress lines).
+        on_step: Called with the result when a step begins (its message says which).
 
     Returns:
         The result: ok (time-limited searches included: each says so), failed or cancelled, every finished
         probe kept.
     """
     result = result or new_capacity(session, plan)
-    notify = on_update or (lambda r: None)
-    await supervise(result, _engines(session, plan, result, notify, on_probe), salvage=lambda: close(result))
+    hooks = Hooks(on_update or _nothing, on_probe or _nothing, on_step or _nothing)
+    await supervise(result, search_session(session, plan, result, hooks), salvage=lambda: close(result))
     result.ended_s = time.perf_counter()
-    notify(result)
+    hooks.update(result)
     return result
 
 
-async def _engines(session, plan: CapacityPlan, result: CapacityResult, notify, on_probe) -> None:
+async def search_session(session, plan: CapacityPlan, result: CapacityResult, hooks: Hooks) -> None:
     """Start the engines, then each engine's search, the time left shared among the engines still to search."""
     if not session.engines:
         from lab.session import settle_heap
 
-        result.message = "starting the engines"
+        hooks.say(result, "starting the engines")
         await session.start()
         settle_heap()
     stamp(result, session)
@@ -752,7 +874,7 @@ async def _engines(session, plan: CapacityPlan, result: CapacityResult, notify, 
         if index and registry.spec(plan.engines[index - 1]).kv_pool:
             await asyncio.sleep(SETTLE_S)  # vLLM's CPU worker busy-spins ~1 s after its last request
         share = (deadline - time.perf_counter()) / (len(plan.engines) - index)
-        await search_engine(session, plan, result, name, time.perf_counter() + share, notify, on_probe)
+        await search_engine(session, plan, result, name, time.perf_counter() + share, hooks)
 
 
 def stamp(result: CapacityResult, session) -> None:
@@ -770,35 +892,34 @@ def plan_top(plan: CapacityPlan, config) -> RunPlan:
 
 
 async def search_engine(session, plan: CapacityPlan, result: CapacityResult, name: str, deadline: float,
-                        notify, on_probe) -> None:
+                        hooks: Hooks) -> None:
     """Warm one engine up, then search its capacity (its levels kept in result.searches as they finish)."""
-    found = result.searches[name] = {"outcomes": {}, "ended": "running"}
+    found = result.searches[name] = {"outcomes": {}, "ended": RUNNING}
     engine = session.engines[name]
-    result.message = f"warming up {name}"
+    hooks.say(result, f"warming up {name}")
     await warm_up(engine, session.tokenizer, RunPlan(engines=(name,), load=probe_load(plan, plan.space().start),
                                                      engine=session.config))
 
     def keep(probe: ProbeResult) -> None:
         result.probes.append((name, probe))
-        if on_probe is not None:
-            on_probe(name, probe)
-        notify(result)
+        hooks.probe(name, probe)
+        hooks.update(result)
 
     def measure(level: float, repeat: int) -> Awaitable[ProbeResult]:
-        return measure_probe(session, plan, result, name, level, repeat)
+        return measure_probe(session, plan, result, name, level, repeat, hooks)
 
     _, stopped = await search(plan.space(), plan.targets, measure, keep, deadline, found["outcomes"])
     found["ended"] = stopped or "done"
 
 
 async def measure_probe(session, plan: CapacityPlan, result: CapacityResult, name: str, level: float,
-                        repeat: int) -> ProbeResult:
+                        repeat: int, hooks: Hooks = Hooks()) -> ProbeResult:
     """Run one probe on engine ``name`` as bench runs a level (run_level); a cut probe aborts what it sent."""
     engine = session.engines[name]
     if not engine.alive():
         raise EngineFault(f"{engine.fault()}, before the {level_words(level, plan.unit)} probe of {name}")
     run_plan = RunPlan(engines=(name,), load=probe_load(plan, level), engine=session.config)
-    result.message = f"{name}: probe {level_words(level, plan.unit)}" + (" (second run)" if repeat else "")
+    hooks.say(result, f"{name}: probe {level_words(level, plan.unit)}" + (" (second run)" if repeat else ""))
     try:
         done = await run_level(run_plan, engine, session.tokenizer, run_plan.load.users[0], result.run, (), repeat)
     except asyncio.CancelledError:
@@ -833,7 +954,7 @@ def probe_result(plan: CapacityPlan, level: float, repeat: int, done) -> ProbeRe
 def close(result: CapacityResult) -> None:
     """After a cancel or a failure: the search that was running ended so (its finished levels kept)."""
     for found in result.searches.values():
-        if found["ended"] == "running":
+        if found["ended"] == RUNNING:
             found["ended"] = str(result.status)
 
 

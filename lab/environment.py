@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 GIB = 1024**3
 MIN_SHM_BYTES = GIB  # vLLM's processes pass tensors and its step broadcast through /dev/shm; Docker's default of
 #                      64 MiB is the usual trap (vLLM's docs ask for --ipc=host or --shm-size)
+SHM_PATH_ENV = "KVLAB_SHM_PATH"  # where shm_warning looks instead of /dev/shm (tests/test_space.py)
 
 
 def gib(n: float) -> str:
@@ -174,8 +175,10 @@ def versions() -> dict[str, str]:
     return found
 
 
-def shm_warning(path: str = "/dev/shm", min_bytes: int = MIN_SHM_BYTES) -> str:
-    """Why vLLM may lack shared memory here ('' when ``path`` holds at least ``min_bytes``)."""
+def shm_warning(path: str | None = None, min_bytes: int = MIN_SHM_BYTES) -> str:
+    """Why vLLM may lack shared memory here ('' when ``path`` holds at least ``min_bytes``); ``path`` defaults to
+    $KVLAB_SHM_PATH, else /dev/shm (the variable lets a test stand a small or missing folder in for it)."""
+    path = path or os.environ.get(SHM_PATH_ENV) or "/dev/shm"
     try:
         total = shutil.disk_usage(path).total
     except OSError:

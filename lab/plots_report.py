@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from lab.experiments import EXPERIMENTS, stored_fields
 from lab.plots import _layout, latency_table, ratio_bars, tok_s_bars, turn_ttft_figure
+from lab.plots_capacity import capacity_figure
 from lab.plots_kv import experiment_figure
 from lab.plots_sweep import sweep_figure
 from lab.plots_why import factors_table
@@ -55,8 +56,13 @@ def report_html(summary: dict, requests: pd.DataFrame) -> str:
 
 
 def experiment_html(data: dict, requests: pd.DataFrame | None = None) -> str:
-    """The page of a stored experiment (experiment.json's dict; explain.json's for the why ladder)."""
+    """The page of a stored experiment (experiment.json's dict; explain.json's for the why ladder; a capacity
+    search run from the page gets the CLI's capacity page)."""
     name, fields = data["experiment"], stored_fields(data)
+    if name == "capacity_search":
+        from lab.experiments.capacity_search import as_capacity
+
+        return capacity_html(as_capacity(data), requests)
     drawn = experiment_figure(SimpleNamespace(experiment=name, fields=fields, series=data.get("series") or {}))
     parts = [f"<p>{esc(EXPERIMENTS.get(name, ''))}</p>", facts_table(experiment_facts(data)),
              paragraphs(experiment_answer(name, fields, data.get("params") or {})), figure_div(drawn, True)]
@@ -82,32 +88,18 @@ def sweep_html(data: dict, requests: pd.DataFrame | None = None) -> str:
 def capacity_html(data: dict, requests: pd.DataFrame | None = None) -> str:
     """The page of a stored capacity search (capacity.json's dict): its sentences, each target's percentile
     against the level with the limit drawn, and every probe."""
-    from lab.capacity import probe_rows
+    from lab.capacity import capacity_answer, probe_rows
 
     facts_rows = {"targets": data["slo"], "search": "open-loop rate" if data["mode"] == "rate" else "closed-loop users",
                   "engines": ", ".join(data["engines"]), **ended(data), "model": data.get("model"),
                   "device": device_name(data)}
-    parts = [facts_table(facts_rows), paragraphs(data.get("sentences") or []), figure_div(capacity_figure(data), True),
+    parts = [facts_table(facts_rows), paragraphs(capacity_answer(data)), figure_div(capacity_figure(data), True),
              section("Every probe (latencies in ms; L/target: Little's law, computed)",
                      pd.DataFrame(probe_rows(data)).to_html(index=False)),
              section("Capacity per engine", json_block(data.get("capacity"))),
              section("Settings", json_block(data.get("settings"))),
              section("Engine args", json_block(data.get("engine_args"))), where_it_ran(data)]
     return page(f"KV Lab capacity search {data['capacity_id']}", parts)
-
-
-def capacity_figure(data: dict) -> go.Figure:
-    """Each engine's target percentiles (measured) against the level probed, the limits as dashed lines."""
-    fig = go.Figure()
-    for engine in data["engines"]:
-        runs = sorted((p for p in data["probes"] if p["engine"] == engine), key=lambda p: (p["level"], p["repeat"]))
-        for t in data["targets"]:
-            fig.add_trace(go.Scatter(x=[p["level"] for p in runs], y=[p["values"].get(t["name"]) for p in runs],
-                                     mode="lines+markers", name=f"{engine} {t['name']}"))
-    for t in data["targets"]:
-        fig.add_hline(y=t["limit_s"], line_dash="dash", annotation_text=f"{t['name']} limit")
-    fig.update_xaxes(type="log")
-    return _layout(fig, "Target percentiles per probe (s)", data["unit"], "seconds")
 
 
 PAGES = {"run": report_html, "experiment": experiment_html, "sweep": sweep_html,

@@ -173,12 +173,12 @@ def ladder_levels_lines(levels: dict) -> list[str]:
     if len(done) < 2:
         return []
     totals = ", ".join(f"{factor_words(lv['total'])} at {_users(u)}" for u, lv in done)
-    lines = [f"Across users (measured): vLLM made {totals} HF's output tok/s."]
+    lines = [f"Across users (measured), vLLM / HF output tok/s: {totals}."]
     lines.append("The step that gave the most: " + "; ".join(f"at {_users(u)}, {_biggest_step(lv)}" for u, lv in done)
                  + ".")
     parts = [f"at {_users(u)} {_steps_words(lv['steps'])}" for u, lv in done if lv.get("steps")]
     if parts:
-        lines.append("HF -> vLLM taken apart by steps (measured): " + "; ".join(parts) + ".")
+        lines.append("HF → vLLM taken apart by steps (measured): " + "; ".join(parts) + ".")
     return lines
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -442,3 +443,131 @@ def test_capacity_on_the_real_hf_engine_writes_every_probe_and_littles_law_holds
     assert (out / "requests.csv").read_text().count("\n") - 1 == sum(p["requests"] for p in data["probes"])
     assert main(["report", data["capacity_id"], "--out", str(tmp_path / "r.html")]) == 0
     assert "HF served at least 4 users" in (tmp_path / "r.html").read_text()
+
+
+# -- the page's way in: the capacity_search experiment, its figure and caption ------------------------------------
+
+H200 = "docs/results/h200-factors/capacity/capacity.json"  # a real search: HF 1 user, vLLM at least 128
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"slo": "ttft_p95=0"}, "slo: ttft_p95 must be a positive time (e.g. ttft_p95=2s or ttft_p95=150ms), not 0"),
+    ({"slo": "ttfb_p95=2s"}, "slo: unknown metric 'ttfb'"),
+    ({"max_users": "300"}, "max_users must be from 1 to 256"),
+    ({"max_users": "1.5"}, "max_users: '1.5' is not a whole number"),
+    ({"max_users": 256, "requests_per_user": 9}, "max_users 256 x requests_per_user 9 = 2304 requests"),
+    ({"time_limit": "0"}, "time_limit must be above 0 and at most 86400 seconds"),
+    ({"rate_search": "yes", "start_rate": 8, "max_rate": 4}, "start_rate 8 is above max_rate 4"),
+    ({"workload": "nope"}, "unknown workload 'nope'"),
+    ({"speed": "1"}, "unknown parameter 'speed'"),
+])
+def test_the_experiment_refuses_bad_input_by_its_field_name(values, words):
+    from lab.experiments import parse_params
+
+    with pytest.raises(ValueError) as refused:
+        parse_params("capacity_search", values)
+    assert words in str(refused.value)
+
+
+def test_the_experiments_config_rules_name_the_engine_and_the_length():
+    from lab.experiments import parse_params, validate
+
+    with pytest.raises(ValueError, match="unknown engine 'warp'"):
+        validate("capacity_search", parse_params("capacity_search", {"engines": "hf,warp"}), CPU)
+    with pytest.raises(ValueError, match="past max_model_len 1024: use an output length of at most"):
+        validate("capacity_search", parse_params("capacity_search", {"output_len": 4000}), CPU)
+    params = parse_params("capacity_search", {"slo": "tpot_p95=150ms", "engines": "hf", "max_users": 2.0})
+    validate("capacity_search", params, CPU)
+    assert params.plan(CPU, params.engine_names()).space().most == 2 and params.engine_names() == ("hf",)
+
+
+def test_the_figure_and_caption_of_a_recorded_gpu_search():
+    from lab.capacity import capacity_caption
+    from lab.plots_capacity import capacity_figure
+
+    data = json.loads(open(H200).read())
+    fig = capacity_figure(data)
+    assert [a.text for a in fig.layout.annotations][:2] == ["TTFT p95 (target 2 s)", "TPOT p95 (target 100 ms)"]
+    assert sorted(shape.y0 for shape in fig.layout.shapes) == [2.0, 100.0]  # the limits: s and ms panels
+    capacities = {t.name: t.x for t in fig.data if "capacity" in t.name}
+    assert capacities == {"HF capacity: 1 user": (1, 1), "vLLM capacity: at least 128 users": (128, 128)}
+    hf = next(t for t in fig.data if t.name == "HF" and t.xaxis == "x")
+    assert hf.x == (1, 2) and list(hf.marker.symbol) == ["circle", "x"]
+    assert hf.y[1] == pytest.approx(data["probes"][1]["values"]["ttft_p95"])
+    caption = capacity_caption(data)
+    assert caption.startswith(data["sentences"][0])  # the headline the CLI wrote, computed again
+    assert ("HF broke the target first on TTFT p95 (5.13 s against 2 s) at 2 users, while TPOT p95 (42.3 ms, "
+            "within 100 ms) held (measured).") in caption
+    top = max(p["values"]["tpot_p95"] for p in data["probes"] if p["engine"] == "vllm")
+    assert (f"vLLM missed the target at no level probed; nearest its limit came TPOT p95: {top * 1000:.3g} ms at "
+            f"128 users, {top / 0.1:.0%} of its 100 ms") in caption
+
+
+def test_a_level_decided_on_two_runs_says_so_and_a_failed_rank_has_no_value():
+    from lab.capacity import broke_words
+
+    targets = [Target("ttft", 95.0, 1.0).to_dict(), Target("tpot", 95.0, 0.1).to_dict()]
+    runs = [{"level": 4, "values": {"ttft_p95": 0.9, "tpot_p95": 0.12}},
+            {"level": 4, "values": {"ttft_p95": 1.3, "tpot_p95": 0.1}}]
+    words = broke_words("vllm", runs, {"targets": targets, "unit": "users"})
+    assert words == ("vLLM broke the target first on TTFT p95 (1.1 s against 1 s) and TPOT p95 (110 ms against "
+                     "100 ms) at 4 users (measured, the mean of its two runs there).")
+    gone = broke_words("hf", [{"level": 1, "values": {"ttft_p95": None, "tpot_p95": 0.05}}],
+                       {"targets": targets, "unit": "users"})
+    assert "TTFT p95 (no value: its rank fell among failed requests) at 1 user, while TPOT p95 (50 ms" in gone
+
+
+def test_the_experiment_runs_the_clis_search_stores_it_and_the_tab_lists_and_reports_it(tmp_path, char_tokenizer):
+    from lab.app.ui_capacity import CapacityHandlers, search_view
+    from lab.experiments import parse_params, run_experiment
+    from lab.experiments.capacity_search import live_view, stored
+    from lab.store import save
+
+    engines = {"hf": CrowdedEngine("hf", token_delay_s=0.004), "vllm": CrowdedEngine("vllm", token_delay_s=0.001)}
+    session = FakeSession(engines, char_tokenizer)
+    params = parse_params("capacity_search", {"slo": "tpot_p95=12ms", "max_users": 8, "workload": "equal",
+                                              "output_len": 4, "requests_per_user": 1, "min_requests": 4,
+                                              "warmup": 0, "time_limit": 60})
+    result = asyncio.run(run_experiment(session, "capacity_search", params))
+    assert result.status == RunStatus.OK, result.error
+    data = live_view(result)
+    assert data["engines"] == ["hf", "vllm"] and len(result.rows) == len(data["probes"]) >= 4
+    assert data["capacity"]["hf"]["bound"] == "exact" and data["capacity"]["hf"]["value"] < data["capacity"]["vllm"][
+        "value"]
+    figure, caption, table = search_view(data)
+    assert "HF broke the target first on TPOT p95" in caption and len(table) == len(result.rows)
+    assert any(t.name.startswith("HF capacity:") for t in figure.data)
+    db = tmp_path / "results.sqlite"
+    save(db, result)
+    assert [d["capacity_id"] for d in stored(db)] == [result.id]
+    shown = CapacityHandlers(SimpleNamespace(db_path=db)).show_stored(result.id)
+    page = Path(shown[-1]).read_text()
+    assert f"capacity search {result.id}" in page and "Every probe" in page and "broke the target first" in page
+
+
+def test_a_cancelled_experiment_keeps_its_probes_and_its_live_caption_said_so_far(char_tokenizer):
+    from lab.capacity import capacity_caption
+    from lab.experiments import new_result, parse_params, run_experiment
+    from lab.experiments.capacity_search import live_view
+
+    session = FakeSession({"hf": CrowdedEngine("hf", token_delay_s=0.002)}, char_tokenizer)
+    params = parse_params("capacity_search", {"slo": "tpot_p95=10s", "max_users": 64, "workload": "equal",
+                                              "output_len": 4, "requests_per_user": 1, "min_requests": 2,
+                                              "warmup": 0})
+    captions = []
+
+    async def cancel_after_three():
+        result = new_result(session, "capacity_search", params)
+        task = asyncio.ensure_future(run_experiment(session, "capacity_search", params, result))
+        while len(result.rows) < 3:
+            await asyncio.sleep(0.01)
+        captions.append(capacity_caption(live_view(result)))
+        task.cancel()
+        await task
+        return result
+
+    result = asyncio.run(cancel_after_three())
+    assert "HF served 4 users so far (its search goes on)" in captions[0]
+    data = live_view(result)
+    assert result.status == RunStatus.CANCELLED and len(result.rows) == len(data["probes"]) >= 3
+    assert data["capacity"]["hf"]["ended"] == "cancelled" and "ended early (cancelled)" in capacity_caption(data)

@@ -148,3 +148,16 @@ def test_a_known_gpu_gets_its_published_peak_beside_the_measurement():
     assert published("NVIDIA H200")["published_bytes_per_s"] == 4.8e12
     assert published("NVIDIA H100 80GB HBM3")["published_bytes_per_s"] == 3.35e12
     assert "published_bytes_per_s" not in published("Some Future GPU")
+
+
+def test_the_ladder_across_users_says_how_the_lead_and_its_steps_moved():
+    """The recorded H200 ladder (`spread` at 1, 8 and 64 users, every chain rung): the lead and each level's largest
+    clear step; a ladder of one level says nothing across users."""
+    from lab.steps_words import ladder_levels_lines
+
+    fields = json.loads((ROOT / "docs/results/h200-factors/ladder/explain.json").read_text())
+    said = " ".join(ladder_levels_lines(fields["levels"]))
+    assert "vLLM / HF output tok/s: 11.79x at 1 user, 13.10x at 8 users, 6.11x at 64 users." in said
+    assert "at 64 users, vllm-compiled → vllm (per-step overhead (CUDA graphs)), 2.53x" in said
+    assert "at 8 users output tokens per step 1.49x, less time per step 8.67x" in said
+    assert ladder_levels_lines({"64": fields["levels"]["64"]}) == []

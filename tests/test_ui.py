@@ -968,3 +968,70 @@ def test_unknown_names_through_the_api_get_the_labs_words(served):
     assert "Repeats: give a whole number from 1 to 10, not 0" in c.predict(
         ["hf"], "1", "mixed", 0, BOUND_REQUESTS, 1, 0, 0, "", api_name="/start_run")
     assert not host.running()
+
+
+# -- the Capacity tab -----------------------------------------------------------------------------------
+def run_capacity(page, slo, max_users, output_len=8, engines=("HF",)):
+    """Fill the Capacity form (short answers, 1 request per user, 2 per probe at least) and press Run."""
+    page.fill("#capacity-slo textarea", slo)
+    for name in ("HF", "vLLM"):
+        box = page.locator("#capacity-engines").get_by_label(name, exact=True)
+        box.check() if name in engines else box.uncheck()
+    for field, value in (("max-users", max_users), ("output-len", output_len), ("requests", 1), ("min", 2),
+                         ("time-limit", 120)):
+        page.fill(f"#capacity-{field} input", str(value))
+    page.click("#capacity-run")
+
+
+@pytest.mark.ui
+def test_capacity_tab_refuses_a_bad_target_then_searches_draws_cancels_and_stores(served, browser, room, tmp_path):
+    """An attendee's Run is refused; the presenter's bad target is named; a search of HF to 2 users under a loose
+    target draws its probes, the target and the capacity with the computed caption; a second search cancelled
+    after its first probe keeps it; both are listed, and the first one's report comes."""
+    from lab.experiments.capacity_search import stored
+
+    host, url = served
+    before = host.experiment
+    attendee = open_tab(browser, url, "Capacity", "#capacity-run")
+    attendee.wait_for_selector("#capacity-run:enabled", timeout=20_000)
+    run_capacity(attendee, "ttft_p95=30s", 2)
+    refused(attendee, "#capacity-message", "Starting a capacity search")
+    attendee.close()
+    assert host.experiment is before and not host.running()
+    page = open_tab(browser, f"{url}?token={room}", "Capacity", "#capacity-run", viewport={"width": 1400,
+                                                                                              "height": 1000})
+    wait_text(page, "#role", "Presenter:", 20)
+    page.wait_for_selector("#capacity-run:enabled", timeout=20_000)
+    run_capacity(page, "ttft_p95=0", 2)
+    wait_text(page, "#capacity-message", "Input error", 20)
+    assert "slo: ttft_p95 must be a positive time" in page.inner_text("#capacity-message")
+    assert host.experiment is before and not host.running()
+    run_capacity(page, "ttft_p95=30s,tpot_p95=2s", 2)
+    wait_text(page, "#capacity-message", "Experiment capacity_search", 20)
+    wait_text(page, "#capacity-progress", "status ok", 60)
+    wait_text(page, "#capacity-caption", "HF served at least 2 users", 10)
+    first = host.experiment
+    assert [r["users"] for r in first.rows] == [1, 2] and "nearest its limit came" in page.inner_text(
+        "#capacity-caption")
+    drawn = page.inner_text("#capacity-figure")
+    assert "target" in drawn and "HF capacity: at least 2 users" in drawn
+    assert page.eval_on_selector("#capacity-figure", "e => e.querySelectorAll('g.trace').length") >= 4
+    host.wait_run(30)  # the search's task ends just after its result; then the page's Run comes back
+    page.wait_for_selector("#capacity-run:enabled", timeout=10_000)
+    run_capacity(page, "ttft_p95=30s,tpot_p95=2s", 64, 32)  # 1, 2, 4, ... 64 users: cancelled after a probe
+    deadline = time.monotonic() + 60
+    while not (host.experiment.id != first.id and host.experiment.rows):
+        assert time.monotonic() < deadline and not host.experiment.error, host.experiment.message
+        time.sleep(0.2)
+    page.click("#capacity-cancel")
+    wait_text(page, "#capacity-progress", "cancelled", 30)
+    wait_text(page, "#capacity-caption", "ended early (cancelled)", 10)
+    second = host.experiment
+    kept = {d["capacity_id"]: d for d in stored(host.db_path)}
+    assert second.id != first.id and kept[second.id]["status"] == "cancelled" and kept[second.id]["probes"]
+    page.click("#capacity-stored input")
+    page.get_by_role("option", name=first.id).click()  # the history shows the first again, with its report
+    wait_text(page, "#capacity-caption", "HF served at least 2 users", 20)
+    page.wait_for_selector(f"a[href*='report-{first.id}.html']", timeout=20_000)
+    page.screenshot(path=str(tmp_path / "capacity.png"), full_page=True)
+    page.close()

@@ -116,8 +116,9 @@ def test_explain_overhead_on_this_cpu_writes_every_rung_that_runs_here(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "explain.json").read_text())
     ran = [n for n, r in data["rungs"].items() if r["status"] == "ran"]
-    assert ran == ["hf", "hf-cb", "vllm", "vllm-engine", "offline"]  # every rung a CPU can run
-    assert {data["rungs"][n]["status"] for n in ("hf-compiled", "vllm-eager")} == {"skipped"}
+    assert ran == ["hf", "hf-cb", "vllm-hf-code", "vllm", "vllm-engine", "offline"]  # every rung a CPU can run
+    assert {data["rungs"][n]["status"] for n in ("hf-compiled", "vllm-eager", "vllm-compiled")} == {"skipped"}
+    assert data["rungs"]["vllm-hf-code"]["flags"] == "--model-impl transformers --enforce-eager"
     assert all(len(data["rungs"][n]["tok_s"]) == 2 for n in ran)
     assert math.isclose(data["product"], data["total"]["value"], rel_tol=0.01)
     assert all(f["n"] == 2 and f["low"] <= f["value"] <= f["high"] for f in data["factors"] + data["sides"])

@@ -43,6 +43,7 @@ from lab.app.dashboard import (
 )
 from lab.app.seam import Host
 from lab.app.ui_access import Guard, sign_in_line
+from lab.app.ui_capacity import build_capacity_tab
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
 from lab.app.ui_timer import Pace, Ticker
@@ -395,13 +396,14 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
         with gr.Tabs():
             load = _load_tab(host)
             why = build_why_tab(host, ticker, guard)
+            capacity = build_capacity_tab(host, ticker, guard)
             kv = build_kv_tab(host, ticker, guard)
             sweeps = build_sweep_tab(host, ticker, guard)
             results, env = _results_tab(), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
         header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
-        starts = [load.run, load.demo, why.run, kv.run, sweeps.run]
-        stops = [load.cancel, why.cancel, kv.cancel, sweeps.cancel]
+        starts = [load.run, load.demo, why.run, capacity.run, kv.run, sweeps.run]
+        stops = [load.cancel, why.cancel, capacity.cancel, kv.cancel, sweeps.cancel]
         buttons = (partial(handlers.buttons, len(starts), len(stops)), starts + stops)
         _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
         ticker.wire()  # one timer for every tab's groups

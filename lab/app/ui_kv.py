@@ -19,7 +19,7 @@ import gradio as gr
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker, run_cancel_lines
-from lab.experiments import EXPERIMENTS, module, parse_pairs, parse_params
+from lab.experiments import EXPERIMENTS, OWN_TAB, module, parse_pairs, parse_params
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
 
@@ -154,7 +154,8 @@ def _layout() -> KvTab:
     experiment's figure beside its fields."""
     gr.Markdown("Each experiment measures one reason paged KV wins, on the engines loaded above.")
     with gr.Row():
-        experiment = gr.Dropdown([(f"{name}: {text}", name) for name, text in EXPERIMENTS.items() if name != "why"],
+        choices = [(f"{name}: {text}", name) for name, text in EXPERIMENTS.items() if name not in OWN_TAB]
+        experiment = gr.Dropdown(choices,
                                  value=DEFAULT_EXPERIMENT, label="Experiment", elem_id="kv-experiment", scale=2)
         params = gr.Textbox("", label="Parameters", placeholder="users=4 output_len=24", elem_id="kv-params",
                             scale=1)

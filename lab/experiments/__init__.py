@@ -40,7 +40,9 @@ EXPERIMENTS = {
     "sharing": "parallel sampling (n=4) of one prompt vs four separate requests: shared KV blocks",
     "memory": "the memory plan: vLLM's fraction of TOTAL memory and what it buys in KV blocks",
     "why": "the vLLM/HF ratio taken apart: one mechanism per rung, measured on the same requests",
+    "capacity_search": "how many users each engine serves under a latency target (lab capacity, from the page)",
 }
+OWN_TAB = ("why", "capacity_search")  # experiments with a tab of their own: the KV cache tab does not list them
 
 
 def module(name: str):

@@ -1,0 +1,204 @@
+"""The "Capacity" tab: how many users each engine serves under a latency target (lab/capacity.py), run from the page.
+
+Pure helpers first (the progress line, a result's figure, caption and probe table), then CapacityHandlers over one
+Host, then the layout and its wiring. A search runs as the host's experiment "capacity_search"
+(lab/experiments/capacity_search.py, which calls the CLI's runner): one task at a time, Cancel keeps the probes
+finished, and it is stored with the other experiments when it ends. The tab lists every stored search, the CLI's
+too, each with its report (lab.report) to download. As in lab/app/ui_why.py, the page's one gr.Timer writes a cheap
+change key and the figure, caption and table are redrawn only when it moved.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from lab.app.dashboard import engine_choices
+from lab.app.seam import Host
+from lab.app.ui_access import Guard
+from lab.app.ui_timer import Ticker, run_cancel_lines
+from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, REQUESTS_PER_USER, capacity_caption
+from lab.config import MAX_RATE
+from lab.experiments import parse_params
+from lab.experiments.capacity_search import NAME, live_view, stored
+from lab.load.workloads import WORKLOADS
+from lab.plots_capacity import capacity_figure, probes_table
+from lab.report import write_report
+from lab.status import RunStatus
+
+NO_SEARCH = "No capacity search yet: set a target and press **Run**."
+TARGETS = {"cpu": "ttft_p95=5s,tpot_p95=400ms", "cuda": "ttft_p95=2s,tpot_p95=150ms"}  # docs/capacity.md's runs
+MOST_USERS = {"cpu": 8, "cuda": 128}  # a CPU search of two engines to 8 users takes minutes, a GPU's to 128 too
+INTRO = ("A throughput ratio says how much faster one engine is at a load you chose; capacity turns the question "
+         "around: how many users does each engine serve while its latency percentiles stay within a target? The "
+         "search doubles the users from 1 until a level misses the target, then bisects down to adjacent levels "
+         "(a level within 10% of a limit runs twice). The figure draws every probe's percentiles against the "
+         "users, the target dashed and each engine's capacity dotted; the sentences under it are computed from "
+         "the probes. The same search as `python -m lab capacity` (docs/capacity.md).")
+
+
+# -- pure helpers ------------------------------------------------------------------------------------
+def search_progress(result) -> str:
+    """One line: the search's targets, status, message and the probes finished."""
+    if result is None:
+        return NO_SEARCH
+    probes = len(result.rows)
+    return (f"Capacity search **{result.params.slo}** ({result.id}): status {result.status}: {result.message}; "
+            f"{probes} probe{'' if probes == 1 else 's'} finished")
+
+
+def search_view(data: dict) -> tuple:
+    """A search's figure, computed caption and probe table (capacity.json's dict; empty before it has begun)."""
+    if "targets" not in data:
+        return capacity_figure(data), "", pd.DataFrame()
+    return capacity_figure(data), capacity_caption(data), probes_table(data)
+
+
+def engines_text(chosen, loaded) -> str:
+    """The engines chosen as a comma list (ValueError naming the field and the choices where none is)."""
+    if not chosen:
+        raise ValueError(f"engines: choose at least one of {', '.join(loaded)}")
+    return ",".join(chosen)
+
+
+def stored_label(data: dict) -> str:
+    """A stored search as the dropdown names it."""
+    return (f"{data['started_at'].replace('T', ' ')[:16]} · {data.get('slo', '?')} · "
+            f"{', '.join(data.get('engines', []))} · {data['status']} ({data['capacity_id']})")
+
+
+# -- handlers ----------------------------------------------------------------------------------------
+class CapacityHandlers:
+    """The tab's event handlers over one Host."""
+
+    def __init__(self, host: Host):
+        self.host = host
+
+    def start(self, slo: str, engines, max_users, workload: str, output_len, requests_per_user, min_requests,
+              time_limit, rate_search: bool = False, start_rate=1.0, max_rate=MAX_RATE) -> str:
+        """Start a search from the form; returns the message line (an input error names the field)."""
+        try:
+            params = parse_params(NAME, {
+                "slo": slo or "", "engines": engines_text(engines, self.host.engine_names), "max_users": max_users,
+                "workload": workload, "output_len": None if output_len == 0 else output_len,
+                "requests_per_user": requests_per_user, "min_requests": min_requests, "time_limit": time_limit,
+                "rate_search": bool(rate_search), "start_rate": start_rate, "max_rate": max_rate})
+            unknown = [n for n in params.engine_names() if n not in self.host.engine_names]
+            if unknown:
+                raise ValueError(f"engines: {unknown[0]!r} is not loaded here; choose from "
+                                 f"{', '.join(self.host.engine_names)}")
+            started, message = self.host.submit_experiment(NAME, params)
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
+        return message if started else f"**Not started:** {message}"
+
+    def cancel(self) -> str:
+        return self.host.cancel()
+
+    def search(self):
+        """The host's experiment when it is a capacity search, else None."""
+        result = self.host.experiment
+        return result if result is not None and result.experiment == NAME else None
+
+    def result_key(self) -> tuple | None:
+        result = self.search()
+        if result is None:
+            return None
+        return result.id, str(result.status), result.message, len(result.rows)
+
+    def ended_key(self) -> tuple:
+        """Changes when a search starts and when it ends (the stored list grows then); never None, so that the
+        page's first tick lists the stored searches."""
+        result = self.search()
+        if result is None:
+            return "capacity", None, False
+        return "capacity", result.id, result.status == RunStatus.RUNNING
+
+    def result_view(self) -> tuple:
+        """The progress line, the figure, the computed caption and the probes."""
+        result = self.search()
+        if result is None:
+            return NO_SEARCH, gr.skip(), gr.skip(), gr.skip()
+        return search_progress(result), *search_view(live_view(result))
+
+    def stored(self):
+        """The stored searches (the CLI's and the page's), newest first, as the dropdown's choices."""
+        return gr.update(choices=[(stored_label(d), d["capacity_id"]) for d in stored(self.host.db_path)])
+
+    def show_stored(self, capacity_id: str | None) -> tuple:
+        """A stored search's figure, caption and probes, and its report to download."""
+        data = next((d for d in stored(self.host.db_path) if d["capacity_id"] == capacity_id), None)
+        if data is None:
+            return gr.skip(), "No such stored capacity search.", gr.skip(), None
+        report = Path(tempfile.mkdtemp(prefix="kvlab-capacity-")) / f"report-{capacity_id}.html"
+        return *search_view(data), str(write_report(capacity_id, report, self.host.db_path))
+
+
+# -- layout and wiring -------------------------------------------------------------------------------
+@dataclass
+class CapacityTab:
+    """The Capacity tab's components."""
+
+    run: gr.Button
+    cancel: gr.Button
+    message: gr.Markdown
+    result: list  # progress, figure, caption, probes: in CapacityHandlers.result_view's order
+
+
+def _form(host: Host) -> list:
+    """The target, the engines and the search's bounds; the open-loop search folded away."""
+    device = host.check.device if host.check.device in TARGETS else "cpu"
+    with gr.Row():
+        slo = gr.Textbox(TARGETS[device], label="Target (slo: METRIC_pNN=LIMIT, comma list; ttft, tpot, itl, e2e)",
+                         elem_id="capacity-slo", scale=3)
+        engines = gr.CheckboxGroup(engine_choices(host.engine_names), value=list(host.engine_names),
+                                   label="Engines", elem_id="capacity-engines", scale=2)
+    with gr.Row():
+        most = gr.Number(MOST_USERS[device], label="Max users (max_users)", elem_id="capacity-max-users")
+        workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", elem_id="capacity-workload",
+                               allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
+        output_len = gr.Number(0, label="Output length (output_len; 0 = the workload's)", elem_id="capacity-output-len")
+    with gr.Row():
+        per_user = gr.Number(REQUESTS_PER_USER, label="Requests per user (requests_per_user)",
+                             elem_id="capacity-requests")
+        least = gr.Number(MIN_REQUESTS, label="Requests per probe at least (min_requests)", elem_id="capacity-min")
+        limit = gr.Number(DEFAULT_TIME_LIMIT_S, label="Time limit in s (time_limit)", elem_id="capacity-time-limit")
+    with gr.Accordion("Open loop: the largest request rate instead (rate_search)", open=False):
+        with gr.Row():
+            rate_search = gr.Checkbox(False, label="Search the rate (req/s), max users then cap what is in flight",
+                                      elem_id="capacity-rate-search")
+            start_rate = gr.Number(1.0, label="First rate (start_rate)", elem_id="capacity-start-rate")
+            max_rate = gr.Number(MAX_RATE, label="Highest rate (max_rate)", elem_id="capacity-max-rate")
+    return [slo, engines, most, workload, output_len, per_user, least, limit, rate_search, start_rate, max_rate]
+
+
+def build_capacity_tab(host: Host, ticker: Ticker, guard: Guard) -> CapacityTab:
+    """Lay out the Capacity tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
+    handlers = CapacityHandlers(host)
+    with gr.Tab("Capacity", id="capacity"):
+        gr.Markdown(INTRO)
+        form = _form(host)
+        run, cancel, message, progress = run_cancel_lines("capacity", NO_SEARCH)
+        figure = gr.Plot(label="Percentiles per probe (measured) and capacity (computed)", elem_id="capacity-figure")
+        caption = gr.Markdown(elem_id="capacity-caption")
+        probes = gr.DataFrame(label="Every probe (latencies in ms; L/target: Little's law, computed)",
+                              elem_id="capacity-probes", wrap=True)
+        with gr.Row():
+            chosen = gr.Dropdown([], label="Stored capacity searches (the CLI's too)", elem_id="capacity-stored",
+                                 scale=3)
+            refresh = gr.Button("Refresh", size="sm", scale=1)
+        report = gr.File(label="The stored search's report (one HTML file, opens offline)", elem_id="capacity-report")
+        tab = CapacityTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, probes])
+    run.click(guard(handlers.start, "Starting a capacity search"), form, [message], api_name="start_capacity",
+              show_progress="hidden")
+    cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_capacity",
+                 show_progress="hidden")
+    refresh.click(handlers.stored, None, [chosen], api_visibility="private")
+    chosen.change(handlers.show_stored, [chosen], [figure, caption, probes, report], api_visibility="private")
+    ticker.add([(handlers.result_key, handlers.result_view, tab.result),
+                (handlers.ended_key, handlers.stored, [chosen])])
+    return tab
