@@ -20,7 +20,7 @@ import pandas as pd
 from lab.app.dashboard import engine_choices
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, run_cancel_lines
+from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
 from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, REQUESTS_PER_USER, capacity_caption
 from lab.config import MAX_RATE
 from lab.experiments import parse_params
@@ -81,28 +81,26 @@ class CapacityHandlers:
     def start(self, slo: str, engines, max_users, workload: str, output_len, requests_per_user, min_requests,
               time_limit, rate_search: bool = False, start_rate=1.0, max_rate=MAX_RATE) -> str:
         """Start a search from the form; returns the message line (an input error names the field)."""
-        try:
-            params = parse_params(NAME, {
+        def params():
+            found = parse_params(NAME, {
                 "slo": slo or "", "engines": engines_text(engines, self.host.engine_names), "max_users": max_users,
                 "workload": workload, "output_len": None if output_len == 0 else output_len,
                 "requests_per_user": requests_per_user, "min_requests": min_requests, "time_limit": time_limit,
                 "rate_search": bool(rate_search), "start_rate": start_rate, "max_rate": max_rate})
-            unknown = [n for n in params.engine_names() if n not in self.host.engine_names]
+            unknown = [n for n in found.engine_names() if n not in self.host.engine_names]
             if unknown:
                 raise ValueError(f"engines: {unknown[0]!r} is not loaded here; choose from "
                                  f"{', '.join(self.host.engine_names)}")
-            started, message = self.host.submit_experiment(NAME, params)
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        return message if started else f"**Not started:** {message}"
+            return found
+
+        return start_experiment(self.host, NAME, params)
 
     def cancel(self) -> str:
         return self.host.cancel()
 
     def search(self):
         """The host's experiment when it is a capacity search, else None."""
-        result = self.host.experiment
-        return result if result is not None and result.experiment == NAME else None
+        return current_experiment(self.host, NAME)
 
     def result_key(self) -> tuple | None:
         result = self.search()

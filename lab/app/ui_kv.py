@@ -18,7 +18,7 @@ import gradio as gr
 
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, run_cancel_lines
+from lab.app.ui_timer import Ticker, run_cancel_lines, start_experiment
 from lab.experiments import EXPERIMENTS, OWN_TAB, module, parse_pairs, parse_params
 from lab.plots_kv import experiment_figure, live_blocks_figure
 from lab.status import RunStatus
@@ -74,12 +74,7 @@ class KvHandlers:
     # actions
     def start(self, name: str, text: str) -> str:
         """Start the chosen experiment with the typed parameters; returns the message line."""
-        try:
-            params = parse_params(name, parse_pairs(text or ""))
-            started, message = self.host.submit_experiment(name, params)
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        return message if started else f"**Not started:** {message}"
+        return start_experiment(self.host, name, lambda: parse_params(name, parse_pairs(text or "")))
 
     def cancel(self) -> str:
         """Cancel what is running (an experiment, or a load-test run); returns the message line."""

@@ -154,6 +154,22 @@ def handed_out(outputs):
     return dict(outputs) if isinstance(outputs, dict) else outputs
 
 
+def start_experiment(host, name: str, params_of) -> str:
+    """Submit experiment ``name`` with the Params ``params_of()`` builds (it raises ValueError on bad input); the
+    tab's message line, in the same words on every tab: the input error, the refusal, or the start."""
+    try:
+        started, message = host.submit_experiment(name, params_of())
+    except ValueError as exc:
+        return f"**Input error:** {exc}"
+    return message if started else f"**Not started:** {message}"
+
+
+def current_experiment(host, name: str):
+    """The host's experiment when it is a ``name`` one, else None (what a tab of that experiment draws)."""
+    result = host.experiment
+    return result if result is not None and result.experiment == name else None
+
+
 def run_cancel_lines(prefix: str, idle: str) -> tuple:
     """A task tab's Run and Cancel (pressable as the page timer says), its message line and its progress line
     (``idle`` until a task of its kind exists); element ids PREFIX-run, -cancel, -message, -progress."""

@@ -17,7 +17,7 @@ import gradio as gr
 
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, run_cancel_lines
+from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
 from lab.config import whole
 from lab.experiments import parse_params
 from lab.experiments.why import LEVELS, PRESET_WORDS, PRESETS
@@ -58,21 +58,16 @@ class WhyHandlers:
 
     def start(self, preset: str, repeats, rungs: str, users: str = "") -> str:
         """Start a ladder; returns the message line."""
-        try:
-            params = parse_params("why", {"preset": preset, "repeats": whole(repeats, "repeats"),
-                                          "rungs": rungs or ",".join(RUNGS), "users": (users or "").strip()})
-            started, message = self.host.submit_experiment("why", params)
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        return message if started else f"**Not started:** {message}"
+        return start_experiment(self.host, "why", lambda: parse_params("why", {
+            "preset": preset, "repeats": whole(repeats, "repeats"), "rungs": rungs or ",".join(RUNGS),
+            "users": (users or "").strip()}))
 
     def cancel(self) -> str:
         return self.host.cancel()
 
     def ladder(self):
         """The host's experiment when it is a ladder, else None."""
-        result = self.host.experiment
-        return result if result is not None and result.experiment == "why" else None
+        return current_experiment(self.host, "why")
 
     def result_key(self) -> tuple | None:
         result = self.ladder()
