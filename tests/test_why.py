@@ -138,3 +138,16 @@ def test_the_ratio_caption_names_each_levels_step_times_and_says_why_only_where_
     four = ratio_caption({"ratio": {"4": 3.1}, "runs": [level("hf", 4, 60, 40.0), level("vllm", 4, 186, 20.0)]})
     assert "At 4 users: vllm made 3.10x" in four and "nothing is batched" not in four
     assert ratio_caption({"ratio": {}, "runs": []}) == ""
+
+
+def test_a_headline_never_names_a_step_whose_repeats_straddle_1():
+    """Notebook 07's case: at 1 user hf -> hf-cb read 1.44x with repeats straddling 1, and the headline named it."""
+    from lab.sentences import largest_words
+
+    batching = {"lower": "hf", "upper": "hf-cb", "mechanism": "continuous batching", "value": 1.44, "low": 0.8,
+                "high": 2.1, "n": 3}
+    kernels = {"lower": "hf-cb", "upper": "vllm", "mechanism": "vLLM's engine", "value": 1.3, "low": 1.2,
+               "high": 1.4, "n": 3}
+    said = largest_words([batching, kernels])
+    assert "**hf-cb → vllm**" in said and "hf → hf-cb" not in said
+    assert largest_words([batching]) == "no step stands out: every step's repeats straddle 1"
