@@ -67,10 +67,6 @@ from lab.sweeps import KNOBS
 log = logging.getLogger("lab")
 
 
-
-
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's parser: bench, setup-model and env."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
@@ -154,12 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--app", default=None, metavar="URL",
                      help="ask a running app instead (e.g. http://127.0.0.1:7860): its engines' health too")
     return parser
-
-
-
-
-
-
 
 
 def add_capacity_parser(sub) -> None:
@@ -353,8 +343,6 @@ async def agree(config: EngineConfig, engines: tuple[str, ...], check, as_json: 
         return 1 if report.ok is False else 0
     finally:
         await session.stop()
-
-
 
 
 def run_env(args: argparse.Namespace) -> int:

@@ -7,9 +7,9 @@ import pytest
 from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
-    LiveView,
     environment_markdown,
-    live_view,
+    over_time_view,
+    per_level_view,
     plan_from_inputs,
     progress_text,
 )
@@ -106,14 +106,14 @@ def test_progress_text_of_a_cancelled_run_counts_what_the_table_counts(char_toke
 
 
 @pytest.mark.parametrize("finished", [True, False])
-def test_live_view(char_tokenizer, finished):
+def test_the_views_of_a_run(char_tokenizer, finished):
     result = fake_run(char_tokenizer, engine=KVFake) if finished else empty_run()
-    view = live_view(result)
-    assert isinstance(view, LiveView) and view.progress == progress_text(result)
-    assert len(view.latency) == (4 if finished else 0)
-    traces = [len(view.throughput.data), len(view.vllm_kv.data), len(view.kv_tokens.data), len(view.queue.data)]
+    over, level = over_time_view(result), per_level_view(result)
+    assert over.progress == progress_text(result)
+    assert len(level.latency) == (4 if finished else 0)
+    traces = [len(over.throughput.data), len(over.vllm_kv.data), len(over.kv_tokens.data), len(over.queue.data)]
     assert traces == ([4, 2, 4, 4] if finished else [0, 0, 0, 0])  # throughput: 2 engines x 2 levels
-    assert (len(view.tok_s_bars.data), len(view.ratio.data)) == ((2, 1) if finished else (0, 0))  # empty states
+    assert (len(level.bars.data), len(level.ratio.data)) == ((2, 1) if finished else (0, 0))  # empty states
 
 
 def environment():

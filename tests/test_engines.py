@@ -11,7 +11,7 @@ import pytest
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.base import GenRequest
 from lab.environment import has_amx
-from lab.load.driver import complete_text, run_users
+from lab.load.driver import complete_ids, run_users
 from lab.load.workloads import chat_request
 from lab.status import RequestStatus
 from tests.conftest import running_session
@@ -34,7 +34,8 @@ def run(lab, coro):
 @pytest.mark.parametrize("name", ENGINES)
 def test_chat_prompt_gives_sane_text(lab, name):
     request = chat_request(lab.tokenizer, "What is the capital of France?", 24, f"chat-{name}")
-    text = run(lab, complete_text(lab.engines[name], request))
+    engine = lab.engines[name]
+    text = engine.decode(run(lab, complete_ids(engine, request)))
     assert "Paris" in text
 
 

@@ -7,7 +7,7 @@ notebooks can call them too.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from lab.config import (
     MAX_REPEATS,
@@ -174,30 +174,6 @@ class PerLevel(Generic[T]):
     latency: T
     caption: T
     turns: T
-
-
-@dataclass(frozen=True)
-class LiveView:
-    """Everything the Load-test tab draws for one run."""
-
-    progress: str
-    throughput: Any
-    tok_s_bars: Any
-    ratio: Any
-    vllm_kv: Any
-    kv_tokens: Any
-    queue: Any
-    latency: Any
-    caption: str = ""
-    turns: Any = None
-
-
-def live_view(result: RunResult) -> LiveView:
-    """Figures and table of a live or finished run (the same functions the notebooks use)."""
-    over, level = over_time_view(result), per_level_view(result)
-    return LiveView(progress=over.progress, throughput=over.throughput, tok_s_bars=level.bars, ratio=level.ratio,
-                    vllm_kv=over.vllm_kv, kv_tokens=over.kv_tokens, queue=over.queue, latency=level.latency,
-                    caption=level.caption, turns=level.turns)
 
 
 def over_time_view(result: RunResult) -> OverTime:

@@ -362,8 +362,6 @@ class RemoteHost:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-
-
 def _forward(name: str, kind: str):
     """RemoteHost's member ``name`` of the seam: a command sent (then a sync), a question asked, or a read of the
     last sync's snapshot."""

@@ -214,7 +214,3 @@ async def complete_ids(engine: Engine, request: GenRequest) -> list[int]:
         ids.extend(chunk.token_ids)
     return ids
 
-
-async def complete_text(engine: Engine, request: GenRequest) -> str:
-    """Run one request and return its decoded answer (for chat checks and demos)."""
-    return engine.decode(await complete_ids(engine, request))

@@ -75,7 +75,6 @@ WORKLOADS: dict[str, Workload] = {
                  (4, 1024), (4, 2044), real="ShareGPT conversations, history re-sent"),
     )
 }
-REAL_WORKLOADS = ("sharegpt", "chat")  # lengths from lab.load.sharegpt
 
 
 FIXED_PROMPT_BOUND = 32  # tokens a fixed prompt may take (the seed prompt is 8 words)
