@@ -20,8 +20,6 @@ from typing import Any, Protocol
 
 from lab.config import Endpoint, EngineConfig, RunPlan
 
-ATTRIBUTES = ("config", "engine_names", "version", "status", "check", "db_path", "result", "experiment", "sweep")
-
 
 def _declares(kind: str):
     """A decorator that marks a member of ``Host`` as of ``kind`` (how it crosses to the page's process)."""
@@ -143,6 +141,9 @@ class Host(Protocol):
     @local
     def close(self) -> None:
         """Stop the engines."""
+
+
+ATTRIBUTES = tuple(Host.__annotations__)  # the values a page reads: Host's annotations, the one list
 
 
 def members(kind: str) -> tuple[str, ...]:
