@@ -378,7 +378,8 @@ class LoadConfig:
     def check_open_loop(self) -> None:
         """Rate, arrival process, burstiness and SLO names and limits."""
         if self.rate is not None and not 0 < self.rate <= MAX_RATE:
-            raise ValueError(f"rate must be above 0 and at most {MAX_RATE} requests per second, not {self.rate}")
+            raise ValueError(f"rate must be above 0 and at most {MAX_RATE} requests per second, not {self.rate}: "
+                             f"leave it unset (0 in the page's field) for a closed loop, users sending back to back")
         if self.arrival not in ARRIVALS:
             raise ValueError(f"arrival must be one of {', '.join(ARRIVALS)}, not {self.arrival!r}")
         if self.burstiness <= 0:

@@ -8,6 +8,7 @@ notebook 07 print these same sentences.
 
 from __future__ import annotations
 
+from lab.engines import registry
 from lab.ladder import RUNGS, largest_clear
 
 
@@ -141,10 +142,11 @@ def _level_line(users: int, ratio: float, summary: dict, base: str, top: str) ->
         return found[len(found) // 2] * 1000 if found else None
 
     low, high = step_ms(base), step_ms(top)
-    line = f"At {users} user{'s' if users > 1 else ''}: {top} made {ratio:.2f}x {base}'s output tok/s"
+    base_name, top_name = registry.label(base), registry.label(top)  # the names the page shows (vLLM, HF)
+    line = f"At {users} user{'s' if users > 1 else ''}: {top_name} made {ratio:.2f}x {base_name}'s output tok/s"
     if low is None or high is None:
         return line + "."
-    line += f"; median time per output token {low:.1f} ms in {base}, {high:.1f} ms in {top} (measured)"
+    line += f"; median time per output token {low:.1f} ms in {base_name}, {high:.1f} ms in {top_name} (measured)"
     if users == 1:
         return line + ": one request at a time, so nothing is batched or paged; the ratio is the cost of a step."
     return line + "."

@@ -133,10 +133,10 @@ def level(engine, users, tok_s, tpot_ms):
 def test_the_ratio_caption_names_each_levels_step_times_and_says_why_only_where_the_run_shows_it():
     one = {"ratio": {"1": 2.2}, "runs": [level("hf", 1, 30, 33.0), level("vllm", 1, 66, 15.0)]}
     text = ratio_caption(one)
-    assert "At 1 user: vllm made 2.20x hf's output tok/s; median time per output token 33.0 ms in hf, 15.0 ms" in text
+    assert "At 1 user: vLLM made 2.20x HF's output tok/s; median time per output token 33.0 ms in HF, 15.0 ms" in text
     assert "nothing is batched or paged" in text and "**Why** tab" in text
     four = ratio_caption({"ratio": {"4": 3.1}, "runs": [level("hf", 4, 60, 40.0), level("vllm", 4, 186, 20.0)]})
-    assert "At 4 users: vllm made 3.10x" in four and "nothing is batched" not in four
+    assert "At 4 users: vLLM made 3.10x" in four and "nothing is batched" not in four
     assert ratio_caption({"ratio": {}, "runs": []}) == ""
 
 
