@@ -41,7 +41,7 @@ from lab.metrics import (
     ttft_s,
 )
 from lab.metrics.kv import held_series, kv_summary
-from lab.metrics.steps import add_floors, all_factors, level_steps, weight_bytes
+from lab.metrics.steps import add_floors, all_factors, level_steps
 from lab.metrics.turns import turn_rows
 from lab.status import RunStatus
 from lab.tasks import TaskResult, supervise
@@ -299,15 +299,13 @@ def hardware(result: RunResult) -> dict:
     """What a step's floor needs (lab.metrics.steps): the device's copy bandwidth, measured once per process now
     that the engines are idle, and the model's weight bytes, computed from its config; each missing one says why."""
     from lab.engines.bandwidth import measure
-    from lab.engines.base import DTYPE_BYTES
+    from lab.memory import local_config
+    from lab.model import shape_bytes
 
     engine = result.plan.engine
-    found: dict = {}
-    try:
-        config = json.loads((Path(result.model_path) / "config.json").read_text())
-        found["weight_bytes"] = weight_bytes(config, DTYPE_BYTES[engine.resolved_dtype()])
-    except (OSError, KeyError, TypeError, ValueError) as exc:
-        found["weight_bytes_missing"] = f"no Llama-style config.json beside the model ({type(exc).__name__}: {exc})"
+    found: dict = {"weight_bytes": shape_bytes(local_config(result.model_path), engine.resolved_dtype())}
+    if found["weight_bytes"] is None:
+        found["weight_bytes_missing"] = "no Llama-style config.json beside the model to compute its weights from"
     try:
         found["bandwidth"] = measure(engine.resolved_device())
     except Exception as exc:  # noqa: BLE001 - a floor not computed never fails the run

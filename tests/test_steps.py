@@ -9,7 +9,8 @@ import pytest
 
 from lab.engines.bandwidth import published
 from lab.engines.base import EngineSample, StepClock
-from lab.metrics.steps import all_factors, level_factors, level_steps, weight_bytes
+from lab.metrics.steps import all_factors, level_factors, level_steps
+from lab.model import shape_bytes
 from lab.steps_words import factors_caption, factors_table, larger, level_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def test_the_weights_computed_from_the_config_match_the_model_that_loads():
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     counted = sum(p.numel() for p in model.parameters())
-    assert weight_bytes(json.loads((Path(path) / "config.json").read_text()), 2) == 2 * counted
+    assert shape_bytes(json.loads((Path(path) / "config.json").read_text()), "bfloat16") == 2 * counted
 
 
 def test_the_three_factors_multiply_to_each_levels_ratio():

@@ -14,9 +14,9 @@ step is what a step costs (kernels, framework overhead, the batch's size); the b
 spent waiting for work (HF's gather, a client's pace). Steps and their times are measured by the lab's clock
 around each engine (lab.engines.base.StepClock); output tokens and wall time are the level's summary's.
 
-The floor of a decode step (computed): it must read the weights once and the running contexts' KV, so it takes
-at least (weight bytes + KV bytes) / memory bandwidth. A step near its floor is bandwidth-bound; one many times
-above it is bound by something else (compute, kernel launches, framework overhead).
+The floor of a decode step (computed): it must read the weights once (lab.model.shape_bytes) and the running
+contexts' KV, so it takes at least (weight bytes + KV bytes) / memory bandwidth. A step near its floor is
+bandwidth-bound; one many times above it is bound by something else (compute, kernel launches, framework overhead).
 """
 
 from __future__ import annotations
@@ -50,20 +50,6 @@ def kv_read_bytes(sample, per_token: int | None) -> float | None:
     if None in (sample.kv_usage, per_token, sample.kv_total_blocks, sample.kv_block_size):
         return None
     return sample.kv_usage * sample.kv_total_blocks * sample.kv_block_size * per_token
-
-
-def weight_bytes(config: dict, dtype_bytes: int) -> int:
-    """Bytes of a Llama-style decoder's weights, computed from its config.json: embeddings (and an untied output
-    head), per layer the attention's q/k/v/o projections, the gated MLP's three matrices and two norms."""
-    cfg = config.get("text_config") or config
-    hidden, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or hidden // heads
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    per_layer = attention + 3 * hidden * inter + 2 * hidden
-    heads_out = 1 if cfg.get("tie_word_embeddings", False) else 2
-    return (heads_out * cfg["vocab_size"] * hidden + layers * per_layer + hidden) * dtype_bytes
 
 
 def pooled(rows: Sequence[dict]) -> dict | None:
