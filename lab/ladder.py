@@ -183,7 +183,8 @@ def largest(factors: list[dict]) -> dict | None:
 
 
 def clear(factor: dict) -> bool:
-    """A factor whose repeats do not straddle 1 (one repeat counts as clear: there is no spread to say)."""
+    """A factor (or any spread of n, low, high) whose repeats do not straddle 1 (one repeat counts as clear: there is
+    no spread to say): the one rule every sentence that judges a change by its repeats follows."""
     return factor["n"] == 1 or not factor["low"] <= 1 <= factor["high"]
 
 

@@ -9,7 +9,7 @@ notebook 07 print these same sentences.
 from __future__ import annotations
 
 from lab.engines import registry
-from lab.ladder import RUNGS, largest_clear
+from lab.ladder import RUNGS, clear, largest_clear
 
 
 def times(value: float) -> str:
@@ -19,7 +19,7 @@ def times(value: float) -> str:
 
 def factor_words(f: dict) -> str:
     """A measured factor in words: a loss only when every repeat lost, 'within noise' when the repeats straddle 1."""
-    if f["n"] > 1 and f["low"] <= 1 <= f["high"]:
+    if not clear(f):
         return f"{f['value']:.2f}x (its repeats straddle 1: no measured gain or loss)"
     return times(f["value"]) if f["n"] == 1 or f["high"] < 1 or f["value"] >= 0.995 else f"{f['value']:.2f}x"
 
@@ -116,7 +116,7 @@ def _side_line(side: dict) -> str:
     if side["upper"] == "offline":
         said = f"vLLM offline (LLM.generate, as many requests running as there are users) made {value} the served " \
                f"vLLM's tok/s {pair}"
-        if side["n"] > 1 and side["low"] <= 1 <= side["high"]:
+        if not clear(side):
             return said + ": the lab's users and streaming cost nothing measurable here."
         if side["value"] > 1:
             return said + ": offline bounds the served vLLM here; the gap is what the lab's users and streaming cost."
@@ -389,7 +389,7 @@ def gain_words(gain: float, spread: dict | None = None) -> str:
     """A tok/s gain from the fewest users to the most: 'gained 2.31x (repeats 2.10-2.52x)', 'lost: its tok/s fell
     to 0.47x', or, when the repeats straddle 1, no measured gain or loss."""
     many = spread is not None and spread["n"] > 1
-    if many and spread["low"] <= 1 <= spread["high"]:
+    if many and not clear(spread):
         return (f"moved {gain:.2f}x, within its repeats' spread ({spread['low']:.2f}-{spread['high']:.2f}x): no "
                 f"measured gain or loss")
     said = f"gained {gain:.2f}x" if gain >= 1 else f"lost: its tok/s fell to {gain:.2f}x"
@@ -544,7 +544,7 @@ def ttft_words(fields: dict) -> str:
     said = f"TTFT p50 {first * 1000:.0f} ms first vs {last * 1000:.0f} ms last, {ratio:.2f}x (measured"
     said += f"; repeats {spread['low']:.2f}-{spread['high']:.2f}x, n={spread['n']})" if spread and spread["n"] > 1 \
         else ", one repeat)"
-    if spread and spread["n"] > 1 and spread["low"] <= 1 <= spread["high"]:
+    if spread and not clear(spread):
         return said + ": the repeats straddle 1, so the order made no measured difference to the first token here."
     if ratio > 1:
         return said + ": with its prefix cached, a request computed only its own tokens before its first token."
