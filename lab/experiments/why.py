@@ -190,10 +190,7 @@ def keep_level(result) -> None:
 async def stop_pool(pool: dict) -> None:
     """Stop the rung engines a ladder started (each one, whatever another's stop raised)."""
     for engine in reversed(list(pool.values())):
-        try:
-            await engine.stop()
-        except Exception:
-            log.exception("stopping rung engine %s failed", engine.name)
+        await _stop_quietly(engine)
     pool.clear()
 
 
@@ -289,10 +286,11 @@ async def _engine(session, name: str, config, pool: dict, entry: dict):
 
 
 async def _stop_quietly(engine) -> None:
+    """Stop one rung engine; a stop that raises is logged, so that the others still stop."""
     try:
         await engine.stop()
     except Exception:
-        log.exception("stopping %s after its failed start", engine.name)
+        log.exception("stopping rung engine %s failed", engine.name)
 
 
 def _reuse(session, engine_name: str, config):
