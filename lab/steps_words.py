@@ -26,7 +26,7 @@ def level_lines(users: int, level: dict) -> list[str]:
     """A level's identity, its larger factor and what made it, and the floor line."""
     base, top = (registry.label(level[k]) for k in ("base", "top"))
     parts = [f"{factor_words(level['factors'][f])} {FACTOR_NAMES[f]}" for f in FACTORS]
-    lines = [f"At {users} user{'s' if users > 1 else ''}, {top}/{base} {level['product']:.2f}x = " + " x ".join(parts)
+    lines = [f"At {users_words(users)}, {top}/{base} {level['product']:.2f}x = " + " x ".join(parts)
              + f" (measured: {_rows_words(level, base, top)}; a step took {_ms(level, level['base'])} in {base}, "
                f"{_ms(level, level['top'])} in {top})."]
     return lines + [_larger_line(level, base, top)] + _row_lines(level, base, top) + _floor_lines(level, base, top)
@@ -119,7 +119,7 @@ def factors_rows(factors: dict) -> list[list[str]]:
     base, top = (registry.label(first[k]) for k in ("base", "top"))
     head = ["users", f"{top}/{base}", "= tokens per step", "x time per step", "x busy", f"{base} step / floor",
             f"{top} step / floor"]
-    return [head] + [_table_row(users, level) for users, level in sorted(factors.items(), key=lambda kv: int(kv[0]))]
+    return [head] + [_table_row(users, level) for users, level in by_users(factors)]
 
 
 def factors_table(factors: dict) -> str:
@@ -148,7 +148,7 @@ def _floor_cell(engine: dict) -> str:
 def factors_lines(summary: dict) -> list[str]:
     """Every level's lines, in level order."""
     factors = summary.get("factors") or {}
-    return [line for users, level in sorted(factors.items(), key=lambda kv: int(kv[0]))
+    return [line for users, level in by_users(factors)
             for line in level_lines(int(users), level)]
 
 
@@ -172,18 +172,24 @@ def ladder_levels_lines(levels: dict) -> list[str]:
     done = sorted(((int(u), lv) for u, lv in levels.items() if lv.get("total")), key=lambda kv: kv[0])
     if len(done) < 2:
         return []
-    totals = ", ".join(f"{factor_words(lv['total'])} at {_users(u)}" for u, lv in done)
+    totals = ", ".join(f"{factor_words(lv['total'])} at {users_words(u)}" for u, lv in done)
     lines = [f"Across users (measured), vLLM / HF output tok/s: {totals}."]
-    lines.append("The step that gave the most: " + "; ".join(f"at {_users(u)}, {_biggest_step(lv)}" for u, lv in done)
-                 + ".")
-    parts = [f"at {_users(u)} {_steps_words(lv['steps'])}" for u, lv in done if lv.get("steps")]
+    steps = "; ".join(f"at {users_words(u)}, {_biggest_step(lv)}" for u, lv in done)
+    lines.append(f"The step that gave the most: {steps}.")
+    parts = [f"at {users_words(u)} {_steps_words(lv['steps'])}" for u, lv in done if lv.get("steps")]
     if parts:
         lines.append("HF → vLLM taken apart by steps (measured): " + "; ".join(parts) + ".")
     return lines
 
 
-def _users(users: int) -> str:
+def users_words(users: int) -> str:
+    """'1 user', '4 users'."""
     return f"{users} user{'s' if users > 1 else ''}"
+
+
+def by_users(levels: dict) -> list[tuple[str, dict]]:
+    """A {users: level} dict's items, fewest users first."""
+    return sorted(levels.items(), key=lambda kv: int(kv[0]))
 
 
 def _biggest_step(level: dict) -> str:

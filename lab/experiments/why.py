@@ -381,13 +381,12 @@ def fill(session, result) -> None:
 
 def levels_caption(fields: dict, level_caption: str) -> str:
     """A ladder of several levels: what moved across them, then the level now running or last run in detail."""
-    from lab.steps_words import ladder_levels_lines
+    from lab.steps_words import ladder_levels_lines, users_words
 
     lines = ladder_levels_lines(fields.get("levels", {}))
     if not lines:
         return level_caption
-    users = fields["load"]["users"]
-    return "\n".join(f"- {line}" for line in lines) + f"\n\nAt {users} user{'s' if users > 1 else ''}:\n" + \
+    return "\n".join(f"- {line}" for line in lines) + f"\n\nAt {users_words(fields['load']['users'])}:\n" + \
         level_caption
 
 
