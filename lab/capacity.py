@@ -11,7 +11,8 @@ on an open-loop request rate from --start-rate (halving first while the start mi
 within ``RATE_RESOLUTION`` of its top. ``search`` drives any ``probe(level, repeat)`` coroutine through it, so the
 tests run it on a fake probe and the CLI on the lab's engines (``run_level``, as ``bench`` runs a level).
 ``run_capacity`` is the one runner on a session: the CLI calls it, and so does the page's Capacity tab, through the
-experiment lab.experiments.capacity_search (its Params are the CLI's options; refusals name them as ``names`` says).
+experiment lab.experiments.capacity_search (its Params are the CLI's options; refusals name them as ``names`` says),
+and a notebook through ``capacity_search`` (a started session in, capacity.json's dict out).
 
 A probe's size: closed loop, every user sends at least --requests-per-user (3) and the probe at least
 --min-requests (20) in all, so that the 1-user probe's p95 rests on 20 requests, not 3 (a p95 of 20 samples still
@@ -20,9 +21,12 @@ moves with one slow request: the margin below repeats the doubtful ones). Open l
 (10%) of a limit is run once more, and its level is decided on the mean of the two runs' percentiles; both runs
 are kept. A failed request counts as a miss above every limit (a p95 is None when the rank falls among them).
 
-Little's law (L = lambda x W) is checked per probe: closed loop, the users set against the computed mean number
-in the system (throughput x mean time in system); open loop, the computed L at the offered rate against the
-measured mean number in system (sum of times in system / window). A probe within ``STEADY`` (10%) is steady.
+Little's law (L = throughput x W) is checked per probe over its steady window: closed loop, from the moment every
+user has a request in the system to the first user with nothing left (the driver's ``user_id`` says whose each
+request is); open loop, the span of the arrivals. The measured time-average number in the system is set against
+the computed throughput x mean time in system. A probe is steady (judged) when the window's edges can move that
+agreement by at most ``STEADY_EDGE`` (``littles_law`` derives the bound): a rule on the window, not on the
+agreement; a steady probe agrees when within ``AGREE``.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ METRICS = ("ttft", "tpot", "itl", "e2e")  # what a capacity target may bound (la
 PERCENTILES = (50.0, 99.9)  # a target's percentile: from the median to p99.9 (p100 is one request, an outlier)
 DEFAULT_PERCENTILE = 95.0  # a target written without _pNN
 NEAR = 0.10  # a percentile within 10% of its limit: one more run of that level decides it
-STEADY = 0.10  # Little's law within 10%: the probe measured a steady state
+AGREE = 0.10  # Little's law agrees when computed and measured L are within 10%
+STEADY_EDGE = 0.10  # steady: the window's edges can move Little's law's agreement by at most 10% (littles_law)
 REQUESTS_PER_USER = 3  # every user sends at least this many per probe
 MIN_REQUESTS = 20  # a probe sends at least this many (p95 of 20: the 19th-20th of them)
 RATE_PROBE_S = 10.0  # an open-loop probe schedules at least this many seconds of arrivals
@@ -70,6 +75,7 @@ RUNNING, WAITING = "running", "waiting"  # ``ended`` while the search goes: this
 FLAGS = {"slo": "--slo", "max_users": "--max-users", "requests_per_user": "--requests-per-user",
          "min_requests": "--min-requests", "time_limit": "--time-limit", "start_rate": "--start-rate",
          "max_rate": "--max-rate"}  # how a refusal names each bound: the CLI's flags (the Params: its fields)
+KEYWORDS = {**{key: key for key in FLAGS}, "time_limit": "time_limit_s"}  # capacity_search's: its keywords
 
 
 # -- targets ---------------------------------------------------------------------------------------------------
@@ -358,46 +364,103 @@ def arrival_s(record) -> float:
     return record.scheduled_s if record.scheduled_s is not None else record.send_s
 
 
-def littles_law(records, users: int | None = None, rate: float | None = None, margin: float = STEADY) -> dict:
-    """Little's law (L = lambda x W) over one run's requests.
+def littles_law(records, users: int | None = None, rate: float | None = None, margin: float = AGREE,
+                edge: float = STEADY_EDGE) -> dict:
+    """Little's law (L = throughput x W) over one run's steady window (``steady_window``).
 
-    Measured: the mean number in the system (sum of each request's time in system / the window from the first
-    arrival to the last end), the throughput (completed / window), the mean time in system W of the completed ones
-    (E2E; from the scheduled send in open loop) and, open loop, the arrival rate (arrivals after the first / their
-    span: the schedule as drawn, not the nominal ``rate``). Computed: L = throughput x W. Over a window that holds
-    every request whole, the measured L and throughput x W are the same sum (they differ by the failed requests),
-    so the agreement is taken against what the probe meant to hold: closed loop (``users``), computed L / users
-    set (below 1: a probe's last requests ran with fewer beside them); open loop, arrival rate x W / measured L
-    (above 1: the window ran on past the arrivals, the engine fell behind them or W is long against the
-    schedule). Steady: within ``margin``.
+    Measured over the window: L, the time-average number of requests in the system (their time inside it over its
+    length); the throughput (requests that left in it, completed or failed, over its length); W, their mean time in
+    system (from the scheduled send in open loop); open loop, the arrival rate (arrivals in it over its length).
+    Computed: L = throughput x W, and the agreement, computed / measured L (``agreed``: within ``margin`` of 1).
+
+    The two differ only by the requests the window's edges cut: closed loop (think time 0: every user always has a
+    request in the system, so L is the users), at most one per user at each edge, the user that opens the window
+    and the one that closes it none, each by at most its time in system: the agreement is off by at most
+    (1 - 1/users) x W_max / window, W_max the longest time in system of a request the window holds or cuts. Open
+    loop, nothing is cut at the start (the first arrival); a stationary system has about L in flight at the end,
+    so the bound is W_max / window. *Steady* (judged): that bound at most ``edge``; a rule on the window and the
+    requests' lengths, never on the agreement. Recorded closed-loop levels (docs/capacity.md) reach 0.99 of the
+    bound, so a looser rule would judge probes whose edges alone make them disagree. ``why``: why not steady.
     """
     ended = [r for r in records if r.end_s is not None]
-    done = [r for r in ended if r.status == RequestStatus.OK]
-    if not done:
-        return {"steady": False, "agreement": None}
-    start, end = min(arrival_s(r) for r in ended), max(r.end_s for r in ended)
-    window = max(end - start, 1e-9)
-    mean_time = statistics.fmean(r.end_s - arrival_s(r) for r in done)
-    measured = sum(r.end_s - arrival_s(r) for r in ended) / window
-    found = {"users": users, "rate": rate, "window_s": window, "mean_in_system": measured,
-             "throughput_req_s": len(done) / window, "mean_time_in_system_s": mean_time,
-             "computed_in_system": len(done) / window * mean_time}
-    if rate is None:
-        return found | agreement(found["computed_in_system"] / users, margin)
-    arrivals = arrival_rate(ended)
-    return found | {"arrival_rate_req_s": arrivals} | agreement(
-        None if arrivals is None else arrivals * mean_time / measured, margin)
+    found = {"users": users, "rate": rate, "edge_limit": edge}
+    window = steady_window(ended, users)
+    if window is None:
+        return found | {"steady": False, "agreed": None, "agreement": None, "why": no_window_words(ended, users)}
+    start, end = window
+    left = [r for r in ended if start < r.end_s <= end]
+    if not left:
+        return found | {"steady": False, "agreed": None, "agreement": None, "window_s": end - start,
+                        "why": "no request left the system in its window"}
+    figures = window_figures(ended, left, start, end, users)
+    return figures | found | edge_verdict(figures, users, edge) | {"agreed": abs(figures["agreement"] - 1) <= margin}
 
 
-def arrival_rate(records) -> float | None:
-    """Arrivals after the first over the span from the first to the last (measured); None with fewer than 2."""
-    times = sorted(arrival_s(r) for r in records)
-    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else None
+def steady_window(records, users: int | None) -> tuple[float, float] | None:
+    """Closed loop (``users``): from the last user's first send (every user has a request in the system) to the
+    earliest last end of a user (the first user with nothing left); open loop, the span of the arrivals (the
+    schedule running). None where it is empty (a user sent nothing, or it ends before it begins)."""
+    if not records:
+        return None
+    if users is None:
+        start, end = min(arrival_s(r) for r in records), max(arrival_s(r) for r in records)
+    else:
+        by_user = group_by_user(records)
+        if len(by_user) < users:
+            return None
+        start = max(min(r.send_s for r in mine) for mine in by_user.values())
+        end = min(max(r.end_s for r in mine) for mine in by_user.values())
+    return (start, end) if end > start else None
 
 
-def agreement(value: float | None, margin: float) -> dict:
-    """Little's law's agreement (computed) and whether it is within ``margin`` of 1 (steady)."""
-    return {"agreement": value, "steady": value is not None and abs(value - 1) <= margin}
+def group_by_user(records) -> dict[int, list]:
+    """The records of each closed-loop user (RequestRecord.user_id: the driver's user that sent it)."""
+    by_user: dict[int, list] = {}
+    for r in records:
+        by_user.setdefault(r.user_id, []).append(r)
+    return by_user
+
+
+def no_window_words(records, users: int | None) -> str:
+    """Why a run has no steady window."""
+    if users is None:
+        return f"its {len(records)} arrival{'' if len(records) == 1 else 's'} span no time"
+    if len(group_by_user(records)) < users:
+        return f"{len(group_by_user(records))} of its {users} users sent a request"
+    return "its last user's first send came after its first user's last end"
+
+
+def window_figures(ended, left, start: float, end: float, users: int | None) -> dict:
+    """Little's law's figures over [start, end]: measured (L, throughput, W, W_max; open loop the arrival rate),
+    and the computed L with its agreement."""
+    length = end - start
+    cut = [r for r in ended if arrival_s(r) < end and r.end_s > start]
+    inside = sum(min(r.end_s, end) - max(arrival_s(r), start) for r in cut)
+    mean_time = statistics.fmean(r.end_s - arrival_s(r) for r in left)
+    measured, throughput = inside / length, len(left) / length
+    figures = {"window_s": length, "departures": len(left), "mean_in_system": measured,
+               "throughput_req_s": throughput, "mean_time_in_system_s": mean_time,
+               "longest_in_system_s": max(r.end_s - arrival_s(r) for r in cut),
+               "computed_in_system": throughput * mean_time, "agreement": throughput * mean_time / measured}
+    if users is None:
+        figures["arrival_rate_req_s"] = sum(1 for r in ended if start <= arrival_s(r) < end) / length
+    return figures
+
+
+def edge_bound(figures: dict, users: int | None) -> float:
+    """The most the window's edges can move the agreement (computed): (1 - 1/users) x W_max / window closed loop,
+    W_max / window open loop."""
+    share = 1.0 if users is None else 1 - 1 / users
+    return share * figures["longest_in_system_s"] / figures["window_s"]
+
+
+def edge_verdict(figures: dict, users: int | None, edge: float) -> dict:
+    """Steady when the edges can move the agreement by at most ``edge``; else why not, in numbers."""
+    bound = edge_bound(figures, users)
+    spans = figures["window_s"] / figures["longest_in_system_s"]
+    why = "" if bound <= edge else (f"its window, {seconds_words(figures['window_s'])}, spans {spans:.2g}x its "
+                                    f"longest request, so its edges could move the agreement by {percent_words(bound)}")
+    return {"edge_bound": bound, "steady": bound <= edge, "why": why}
 
 
 # -- the plan ------------------------------------------------------------------------------------------------------
@@ -574,7 +637,7 @@ def settings(plan: CapacityPlan) -> dict:
             "requests_per_user": plan.requests_per_user, "min_requests": plan.min_requests,
             "start_rate": plan.start_rate if plan.rate_search else None,
             "max_rate": plan.max_rate if plan.rate_search else None, "time_limit_s": plan.time_limit_s,
-            "near_margin": NEAR, "steady_margin": STEADY, "rate_resolution": RATE_RESOLUTION,
+            "near_margin": NEAR, "agree_margin": AGREE, "steady_edge": STEADY_EDGE, "rate_resolution": RATE_RESOLUTION,
             "rate_probe_s": RATE_PROBE_S}
 
 
@@ -650,12 +713,22 @@ def served_words(name: str, found: dict) -> str:
     if found["bound"] == "none":
         return f"{label} {verb} none (it missed the target at {level_words(found['least'], unit)})"
     if found["bound"] == "unknown":
-        return (f"{label} was not probed (the run ended before its turn)" if found["ended"] == "not run" else
-                f"{label} has no capacity (its search ended, {found['ended']}, before any level met the target)")
+        return unknown_words(label, found)
     if found["ended"] == "done":
         return f"{label} {verb} at least {value} (the most probed: every level met the target)"
     cap = f", fewer than {level_words(found['failed_at'], unit)}" if found["failed_at"] is not None else ""
     return f"{label} {verb} at least {value}{cap} (its search stopped early: {found['ended']})"
+
+
+def unknown_words(label: str, found: dict) -> str:
+    """An engine whose search ended with no level that met the target and none that missed it: not measured."""
+    if found["ended"] == "not run":
+        return f"{label} was not probed (the run ended before its turn)"
+    if not found.get("levels"):
+        return f"{label} was not measured (its search ended, {found['ended']}, before its first probe finished)"
+    lowest = level_words(min(level["level"] for level in found["levels"]), found["unit"])
+    return (f"{label} missed the target at every level probed, down to {lowest}, and its search ended "
+            f"({found['ended']}) before one met it: below {lowest}, if any")
 
 
 def so_far_words(label: str, verb: str, found: dict) -> str:
@@ -691,22 +764,105 @@ def _none_words(top: str, base: str, top_cap: dict, base_cap: dict) -> str:
 
 
 def little_line(data: dict) -> str:
-    """How many probes Little's law found steady, and what the others mean."""
+    """Little's law over the probes: how many were steady (judged), how many of those agreed within AGREE, why any
+    steady one disagreed and why the others were not steady (computed from each probe's ``little``)."""
+    probes = [p for p in data["probes"] if p.get("little")]
+    if not probes:
+        return ""
+    if any("edge_limit" not in p["little"] for p in probes):
+        return old_little_line(data)
+    steady = [p for p in probes if p["little"]["steady"]]
+    agreed = [p for p in steady if p["little"]["agreed"]]
+    parts = [f"Little's law (L = throughput x mean time in system, computed, against the measured time-average "
+             f"number in the system, over each probe's steady window): {len(steady)} of {len(probes)} probes were "
+             f"steady (their windows' edges could move the agreement by at most {STEADY_EDGE:.0%})",
+             agreed_words(agreed, steady)]
+    parts += [disagreed_words(p, data) for p in steady if not p["little"]["agreed"]]
+    parts.append(short_words([p for p in probes if not p["little"]["steady"] and "edge_bound" in p["little"]], data))
+    parts += [f"{probe_words(p, data)} was not judged ({p['little']['why']})" for p in probes
+              if not p["little"]["steady"] and "edge_bound" not in p["little"]]
+    return "; ".join(part for part in parts if part) + "."
+
+
+def short_words(probes: list[dict], data: dict) -> str:
+    """The probes whose windows were too short to judge: which, how many times their longest request their windows
+    span, and how far their edges could move the agreement (ranges over them)."""
+    if not probes:
+        return ""
+    spans = [p["little"]["window_s"] / p["little"]["longest_in_system_s"] for p in probes]
+    bounds = [p["little"]["edge_bound"] for p in probes]
+    many = len(probes) > 1
+    return (f"{len(probes)} {'were' if many else 'was'} not steady ({engine_levels_words(probes, data)}): "
+            f"{'their windows span' if many else 'its window spans'} {span_range(spans, '.2g', 'x')} "
+            f"{'their' if many else 'its'} longest request, so {'their' if many else 'its'} edges could move the "
+            f"agreement by {span_range([100 * b for b in bounds], '.3g', '%')}")
+
+
+def percent_words(share: float) -> str:
+    """0.104 -> '10.4%' (three figures: a bound just past 10% does not read as 10%)."""
+    return f"{100 * share:.3g}%"
+
+
+def span_range(values: list[float], spec: str, unit: str) -> str:
+    """'1.1-3.9x', or '2.2x' for one value (or equal ones)."""
+    low, high = format(min(values), spec), format(max(values), spec)
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+def engine_levels_words(probes: list[dict], data: dict) -> str:
+    """'HF at 2 users and vLLM at 4, 8 and 6 users': each engine's levels in the order probed, once each."""
+    parts = []
+    for name in dict.fromkeys(p["engine"] for p in probes):
+        levels = list(dict.fromkeys(p["level"] for p in probes if p["engine"] == name))
+        numbers = [level_words(v, data["unit"]).split(" ", 1) for v in levels]
+        unit = numbers[-1][1] if len(numbers) == 1 else data["unit"]  # '1 user', '2 and 4 users'
+        parts.append(f"{registry.label(name)} at {join_words([n for n, _ in numbers])} {unit}")
+    return join_words(parts)
+
+
+def probe_words(probe: dict, data: dict) -> str:
+    """'HF at 8 users' (', second run' for a repeat)."""
+    again = ", second run" if probe["repeat"] else ""
+    return f"{registry.label(probe['engine'])} at {level_words(probe['level'], data['unit'])}{again}"
+
+
+def agreed_words(agreed: list[dict], steady: list[dict]) -> str:
+    """How many steady probes agreed within AGREE, with the range of their agreement."""
+    if not steady:
+        return ""
+    values = [p["little"]["agreement"] for p in agreed]
+    low, high = (f"{v:.2f}" for v in (min(values, default=0), max(values, default=0)))
+    spread = "" if not values else f" (computed / measured {low}" + ("" if low == high else f"-{high}") + ")"
+    share = "all of them" if len(agreed) == len(steady) else f"{len(agreed)} of them"
+    return f"{share} agreed within {AGREE:.0%}{spread}"
+
+
+def disagreed_words(probe: dict, data: dict) -> str:
+    """A steady probe that disagreed: its agreement, the most its edges explain, and what the rest is."""
+    little = probe["little"]
+    head = (f"{probe_words(probe, data)} disagreed: computed / measured {little['agreement']:.2f}, of which its "
+            f"edges explain at most {percent_words(little['edge_bound'])}")
+    if little["users"] and little["mean_in_system"] < little["users"] * (1 - AGREE):
+        return (f"{head}; it held {little['mean_in_system']:.2g} requests in the system on average for "
+                f"{little['users']} users (think time or the client kept users out of it)")
+    if little.get("arrival_rate_req_s") and little["throughput_req_s"] < little["arrival_rate_req_s"] * (1 - AGREE):
+        return (f"{head}; it finished {little['throughput_req_s']:.3g} req/s of {little['arrival_rate_req_s']:.3g} "
+                f"arriving (measured): it fell behind the schedule, and more requests were in flight at the "
+                f"window's end than on average")
+    return head
+
+
+def old_little_line(data: dict) -> str:
+    """A search stored before the steady window: its check compared the computed L with the users set (closed
+    loop) and called a probe steady when they agreed."""
     checked = [p for p in data["probes"] if (p.get("little") or {}).get("agreement") is not None]
     if not checked:
         return ""
     steady = sum(1 for p in checked if p["little"]["steady"])
-    against = "the users set" if data["mode"] == "users" else "the measured mean number in the system (at the " \
-        "measured arrival rate)"
-    share = "every probe" if steady == len(checked) else f"{steady} of {len(checked)} probes"
-    line = (f"Little's law (L = throughput x mean time in system, computed) matched {against} within "
-            f"{STEADY:.0%} in {share} (steady)")
-    if steady == len(checked):
-        return line + "."
-    why = ("fewer requests were in the system on average than users set: a probe's last requests run with "
-           "fewer beside them" if data["mode"] == "users" else "the window ran on past the arrivals: the engine "
-           "fell behind them, or its latency is long against the probe's schedule")
-    return f"{line}; in the others {why}."
+    against = "the users set" if data["mode"] == "users" else "the measured mean number in the system"
+    return (f"Little's law (stored before the steady-window rule; computed L against {against}) agreed within "
+            f"{AGREE:.0%} in {steady} of {len(checked)} probes, over windows from each probe's first arrival to "
+            f"its last end.")
 
 
 def repeat_line(data: dict) -> str:
@@ -860,6 +1016,34 @@ async def run_capacity(session, plan: CapacityPlan, result: CapacityResult | Non
     return result
 
 
+async def capacity_search(session, slo: str, engines: tuple[str, ...] | None = None, **options) -> dict:
+    """Search each engine's capacity on a started session and return capacity.json's dict: a notebook's way in
+    (``await capacity_search(session, "ttft_p95=5s,tpot_p95=400ms", max_users=16)``), run_capacity underneath.
+
+    Args:
+        session: A started LabSession (lab.notebook.start_session); its engines stay up.
+        slo: The targets, as --slo takes them.
+        engines: Which of the session's engines, in order (default: all it holds).
+        **options: capacity_plan's keywords: max_users, workload, requests_per_user, min_requests, output_len,
+            warmup, seed, think_s, rate_search, start_rate, max_rate, time_limit_s.
+
+    Raises:
+        ValueError: a bad target or bound, or an engine the session does not hold, before any probe.
+    """
+    chosen = session_engines(session, engines or tuple(session.engines))
+    plan = capacity_plan(slo, chosen, session.config, names=KEYWORDS, **options)
+    return (await run_capacity(session, plan)).to_dict()
+
+
+def session_engines(session, names: tuple[str, ...], field: str = "engines") -> tuple[str, ...]:
+    """``names``, each loaded in the session (ValueError naming the first that is not, and the choices)."""
+    missing = [n for n in names if n not in session.engines]
+    if missing:
+        raise ValueError(f"{field}: {missing[0]!r} is not loaded in this session; choose from "
+                         f"{', '.join(session.engines)}")
+    return tuple(names)
+
+
 async def search_session(session, plan: CapacityPlan, result: CapacityResult, hooks: Hooks) -> None:
     """Start the engines, then each engine's search, the time left shared among the engines still to search."""
     if not session.engines:
@@ -984,6 +1168,10 @@ def requests_text(result: CapacityResult) -> str:
     return buffer.getvalue()
 
 
+LITTLE_COLUMN = "L comp/meas"  # probe_rows' column: Little's law, computed L / measured L over the steady window
+PROBES_LABEL = f"Every probe (latencies in ms; {LITTLE_COLUMN}: Little's law, computed L / measured L; steady: judged)"
+
+
 def probe_rows(data: dict) -> list[dict]:
     """capacity.json's probes as flat rows (the CLI's table, the report's): latencies in ms."""
     def ms(found: dict, q: str):
@@ -994,13 +1182,54 @@ def probe_rows(data: dict) -> list[dict]:
              "err": p["errors"], **{f"{m.upper()} {q} ms": ms(p[f"{m}_s"], q) for m in ("ttft", "tpot")
                                    for q in ("p50", "p95", "p99")},
              "out tok/s": round(p["output_tok_s"], 1), "goodput r/s": _round(p.get("goodput_req_s"), 2),
-             "L/target": _round(p["little"].get("agreement"), 2), "steady": p["little"].get("steady"),
+             LITTLE_COLUMN: _round(little_agreement(p["little"]), 2), "steady": steady_cell(p["little"]),
              "met": p["level_met"] if p["level_met"] is not None else p["met"]}
             for p in data["probes"]]
 
 
+def little_agreement(little: dict) -> float | None:
+    """Little's law's computed L over its measured L (a search stored before the steady window: over its whole
+    probe)."""
+    measured, computed = little.get("mean_in_system"), little.get("computed_in_system")
+    return computed / measured if measured and computed is not None else None
+
+
+def steady_cell(little: dict) -> bool | None:
+    """Whether the window rule judged the probe steady (None: stored before the rule)."""
+    return little.get("steady") if "edge_limit" in little else None
+
+
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def search_row(data: dict) -> dict:
+    """One stored search as a row of the Results tab's list: when, the target, each engine's capacity and each
+    ratio as the headline bounds them (computed), its status and id."""
+    capacities = {f"{registry.label(name)} capacity": capacity_cell(found)
+                  for name, found in data["capacity"].items()}
+    ratios = {"/".join(registry.label(n) for n in key.split("/", 1)): ratio_cell(found)
+              for key, found in data.get("ratios", {}).items()}
+    return {"when": data["started_at"].replace("T", " ")[:16], "target": data["slo"], **capacities, **ratios,
+            "status": data["status"], "id": data["capacity_id"]}
+
+
+def capacity_cell(found: dict) -> str:
+    """'3 users', '>= 16 users', 'none', '-' (not known), by the capacity's bound."""
+    if found["bound"] == "none":
+        return "none"
+    if found["bound"] == "unknown":
+        return "-"
+    value = level_words(found["value"], found["unit"])
+    return value if found["bound"] == "exact" else f">= {value}"
+
+
+def ratio_cell(found: dict) -> str:
+    """'16x', '>= 16x', '<= 2x', '-' by the ratio's bound."""
+    if found["value"] is None or found["bound"] == "unknown":
+        return "-"
+    sign = {"exact": "", "at_least": ">= ", "at_most": "<= "}[found["bound"]]
+    return f"{sign}{times_words(found['value'])}"
 
 
 def format_capacity(data: dict) -> str:

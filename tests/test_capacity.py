@@ -4,21 +4,30 @@ rules (exit 2 before anything loads), a whole search on fake engines, and one on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import csv
 import json
+import random
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from bench.fake_openai_server import FakeServer, free_port, serve_raw, wait_until_up
 from lab.__main__ import build_parser, main
 from lab.capacity import (
+    LITTLE_COLUMN,
     TIME_LIMIT,
     ProbeResult,
     Target,
     capacity_answer,
     capacity_of,
     capacity_plan,
+    capacity_search,
+    group_by_user,
+    little_line,
     littles_law,
     new_capacity,
     next_level,
@@ -26,9 +35,11 @@ from lab.capacity import (
     per_user,
     percentile_with_misses,
     probe_load,
+    probe_rows,
     rate_space,
     run_capacity,
     search,
+    served_words,
     users_space,
     write_capacity,
 )
@@ -158,22 +169,125 @@ def record(send, end, user=0, status=RequestStatus.OK, scheduled=None, tokens=4)
                          scheduled_s=scheduled)
 
 
-def test_littles_law_on_synthetic_records():
-    steady = [record(0, 1, 0), record(1, 2, 0), record(0, 1, 1), record(1, 2, 1)]  # 2 users, always 2 in flight
-    found = littles_law(steady, users=2)
-    assert found["mean_in_system"] == pytest.approx(2) and found["throughput_req_s"] == pytest.approx(2)
-    assert found["computed_in_system"] == pytest.approx(2) and found["agreement"] == pytest.approx(1)
-    assert found["steady"]
-    tail = [record(0, 1, 0), record(0, 1, 1), record(1, 2, 0)]  # the second user ran out of requests at 1 s
-    found = littles_law(tail, users=2)
-    assert found["agreement"] == pytest.approx(0.75) and not found["steady"]
+def lockstep(users: int, requests: int, seconds: float = 1.0) -> list[RequestRecord]:
+    """A perfect closed loop: every user sends ``requests`` back to back, each ``seconds`` long, all in step."""
+    return [record(i * seconds, (i + 1) * seconds, u) for u in range(users) for i in range(requests)]
+
+
+def test_a_perfect_closed_loop_agrees_exactly_and_is_steady():
+    found = littles_law(lockstep(4, 10), users=4)
+    assert (found["window_s"], found["departures"], found["mean_in_system"]) == (10, 40, pytest.approx(4))
+    assert found["agreement"] == pytest.approx(1) and found["agreed"]
+    assert found["edge_bound"] == pytest.approx(0.75 * 1 / 10) and found["steady"] and found["why"] == ""
+    short = littles_law(lockstep(4, 3), users=4)  # exact too, but 3 requests a user: its edges could move it 25%
+    assert short["agreement"] == pytest.approx(1) and not short["steady"] and "spans 3x its longest" in short["why"]
+
+
+def test_the_edges_never_move_a_closed_loop_past_its_bound():
+    """Random lengths and staggered starts, think time 0: the agreement stays within the edge bound (the rule's
+    premise, littles_law's docstring derives it)."""
+    rng = random.Random(7)
+    for _ in range(200):
+        users, records = rng.randint(1, 8), []
+        for u in range(users):
+            now = rng.uniform(0, 0.5)
+            for _ in range(rng.randint(1, 12)):
+                length = rng.choice((0.1, 0.3, 1.0, 4.0)) * rng.uniform(0.5, 1.5)
+                records.append(record(now, now + length, u))
+                now += length
+        found = littles_law(records, users=users)
+        if found["agreement"] is not None:
+            assert abs(found["agreement"] - 1) <= found["edge_bound"] + 1e-9
+
+
+def recorded_levels() -> list[tuple[str, int, list[RequestRecord]]]:
+    """The closed-loop levels of docs/results' requests.csv with think time 0 and one repeat: each user's requests
+    back to back (the next sent within 50 ms of the last one's end)."""
+    levels = []
+    for path in sorted(Path("docs/results").rglob("requests.csv")):
+        groups: dict = {}
+        for row in csv.DictReader(path.open()):
+            if not row["scheduled_s"]:
+                groups.setdefault((row["engine"], int(row["users"])), []).append(record(
+                    float(row["send_s"]), float(row["end_s"]), int(row["user_id"]), RequestStatus(row["status"])))
+        levels += [(path.parent.name, users, found) for (_, users), found in groups.items() if back_to_back(found)]
+    return levels
+
+
+def back_to_back(records: list[RequestRecord]) -> bool:
+    for mine in group_by_user(records).values():
+        mine.sort(key=lambda r: r.send_s)
+        if not all(0 <= b.send_s - a.end_s < 0.05 for a, b in zip(mine, mine[1:], strict=False)):
+            return False
+    return True
+
+
+def test_recorded_levels_never_stray_past_the_edge_bound_and_reach_it():
+    """The steady rule's evidence: on every recorded level the edges move the agreement by at most the bound (so a
+    steady probe agrees), and some levels come within 2% of it (so a looser rule would judge disagreeing ones)."""
+    found = [littles_law(records, users=users) for _, users, records in recorded_levels()]
+    assert len(found) >= 20
+    assert all(abs(f["agreement"] - 1) <= f["edge_bound"] + 1e-9 for f in found)
+    assert all(f["agreed"] for f in found if f["steady"])
+    assert max(abs(f["agreement"] - 1) / f["edge_bound"] for f in found if f["edge_bound"]) > 0.98
+
+
+def test_a_tail_heavy_probe_is_unsteady_by_its_window_not_its_agreement():
+    """One user's 20 s request spans the whole window while the other sends twenty of 1 s: the law holds exactly,
+    and the window is 10.5x the mean time in system, but only 1x the longest request: not judged."""
+    records = [record(i, i + 1, 0) for i in range(20)] + [record(0, 20, 1)]
+    found = littles_law(records, users=2)
+    assert found["agreement"] == pytest.approx(1) and found["agreed"]
+    assert found["window_s"] > 10 * found["mean_time_in_system_s"]
+    assert found["edge_bound"] == pytest.approx(0.5) and not found["steady"]
+    assert "spans 1x its longest request, so its edges could move the agreement by 50%" in found["why"]
+
+
+def test_a_steady_probe_that_disagrees_is_reported_as_disagreeing():
+    """Users out of the system (think time) break the rule's premise: steady by the window, yet 0.58."""
+    records = [record(10 * i, 10 * i + 1, 0) for i in range(21)] + [record(0, 1, 1), record(185, 205, 1)]
+    found = littles_law(records, users=2)
+    assert found["steady"] and found["edge_bound"] == pytest.approx(0.5 * 20 / 201)
+    assert found["agreement"] == pytest.approx((22 / 201) / (38 / 201)) and not found["agreed"]
+    line = little_line(little_data([found, littles_law(lockstep(1, 20), users=1),
+                                    littles_law(lockstep(2, 3), users=2)], levels=(2, 1, 2)))
+    assert ("2 of 3 probes were steady (their windows' edges could move the agreement by at most 10%); 1 of them "
+            "agreed within 10% (computed / measured 1.00); ") in line
+    assert ("HF at 2 users disagreed: computed / measured 0.58, of which its edges explain at most 4.98%; it held 0.19 "
+            "requests in the system on average for 2 users") in line
+    assert line.endswith("; 1 was not steady (HF at 2 users): its window spans 3x its longest request, so its edges "
+                         "could move the agreement by 16.7%.")
+
+
+def test_an_open_loop_probe_is_judged_over_its_arrivals():
     arrivals = [record(i + 0.1, i + 0.5, scheduled=float(i)) for i in range(20)]  # 1 req/s, 0.5 s each, 0.1 queued
     found = littles_law(arrivals, rate=1.0)
+    assert (found["window_s"], found["departures"], found["arrival_rate_req_s"]) == (19, 19, 1.0)
     assert found["mean_time_in_system_s"] == pytest.approx(0.5)  # counted from the scheduled send
-    assert found["agreement"] == pytest.approx(19.5 / 20) and found["steady"]
+    assert found["agreement"] == pytest.approx(1) and found["steady"] and found["agreed"]
     behind = [record(i + 0.1, 2 * i + 0.5, scheduled=float(i)) for i in range(20)]  # each waits longer than the last
-    assert littles_law(behind, rate=1.0)["agreement"] > 1.5 and not littles_law(behind, rate=1.0)["steady"]
-    assert littles_law([record(0, 1, status=RequestStatus.ERROR)], users=1) == {"steady": False, "agreement": None}
+    found = littles_law(behind, rate=1.0)
+    assert found["throughput_req_s"] < found["arrival_rate_req_s"] and not found["steady"]
+
+
+def test_a_probe_without_a_window_says_why():
+    assert littles_law([], users=1)["agreement"] is None
+    found = littles_law(lockstep(2, 3), users=3)
+    assert not found["steady"] and found["why"] == "2 of its 3 users sent a request"
+
+
+def test_a_search_stored_before_the_window_rule_still_reads():
+    data = json.loads(open(H200).read())
+    assert all("edge_limit" not in p["little"] for p in data["probes"])
+    assert little_line(data).startswith("Little's law (stored before the steady-window rule; computed L against the "
+                                        "users set) agreed within 10% in 5 of 10 probes")
+    rows = probe_rows(data)
+    assert rows[0]["steady"] is None and rows[0][LITTLE_COLUMN] == pytest.approx(1.0, abs=0.01)
+
+
+def little_data(littles: list[dict], levels: tuple) -> dict:
+    return {"probes": [{"engine": "hf", "level": level, "repeat": 0, "little": little}
+                       for little, level in zip(littles, levels, strict=True)], "unit": "users", "mode": "users"}
 
 
 def test_a_failed_request_counts_as_a_miss_in_the_percentile():
@@ -337,6 +451,18 @@ def test_a_search_on_fake_engines_writes_stores_and_reports_every_probe(tmp_path
     assert "Every probe" in write_report(str(tmp_path / "out"), tmp_path / "f.html").read_text()
 
 
+def test_a_notebook_searches_its_started_session_and_gets_capacity_json(char_tokenizer):
+    session = FakeSession({"hf": CrowdedEngine("hf", token_delay_s=0.004)}, char_tokenizer)
+    with pytest.raises(ValueError, match="engines: 'vllm' is not loaded in this session; choose from hf"):
+        asyncio.run(capacity_search(session, "tpot_p95=12ms", engines=("vllm",)))
+    with pytest.raises(ValueError, match="max_users must be from 1 to 256"):
+        asyncio.run(capacity_search(session, "tpot_p95=12ms", max_users=0))
+    data = asyncio.run(capacity_search(session, "tpot_p95=12ms", max_users=4, workload="equal", output_len=4,
+                                       requests_per_user=1, min_requests=4, warmup=0))
+    assert data["status"] == "ok" and data["engines"] == ["hf"] and [p["level"] for p in data["probes"]][0] == 1
+    assert data["capacity"]["hf"]["ended"] == "done" and data["sentences"][0].startswith("Under tpot_p95 <= 12 ms, HF")
+
+
 def test_a_cancelled_search_keeps_its_probes_and_says_so(char_tokenizer):
     plan = capacity_plan("tpot_p95=10s", ("hf",), CPU, workload="equal", output_len=4, max_users=64,
                          requests_per_user=1, min_requests=2, warmup=0)
@@ -374,21 +500,59 @@ def test_a_rate_search_on_a_fake_engine_counts_latency_from_the_schedule(char_to
     assert "HF sustained" in data["sentences"][0] and "req/s" in data["sentences"][0]
 
 
-def test_an_openai_compatible_server_is_searched_like_any_engine(tmp_path, capsys, monkeypatch):
-    """The endpoint engine through the CLI, against the bench's fake server (20 ms a token whatever the load)."""
-    from bench.fake_openai_server import free_port, serve_in_subprocess
+class PrefillQueueServer(FakeServer):
+    """The bench's fake OpenAI server whose first token waits ``prefill_s`` for every stream in flight, its own
+    included (a server that prefills one prompt at a time): TTFT = prefill_s x streams, so a TTFT target falls
+    between two known user counts."""
 
+    def __init__(self, prefill_s: float, gap_ms: float):
+        super().__init__(gap_ms, 0.0, "fake")
+        self.prefill_s = prefill_s
+
+    def complete(self, conn, headers, body) -> None:
+        running = sum(1 for r in self.stamps.requests.values() if len(r["sent_s"]) < r["tokens"])  # not all sent
+        self.first_s = self.prefill_s * (running + 1)
+        super().complete(conn, headers, body)
+
+
+@contextlib.contextmanager
+def serving_on_a_thread(server: FakeServer):
+    """``server`` on a loopback port, on its own event loop in a thread; yields its URL."""
+    port, loop = free_port(), asyncio.new_event_loop()
+
+    def run() -> None:
+        task = loop.create_task(serve_raw("127.0.0.1", port, server))
+        loop.run_forever()
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_an_openai_compatible_server_is_searched_to_the_boundary_its_latency_sets(tmp_path, capsys, monkeypatch):
+    """The endpoint engine through the CLI, against a fake server whose TTFT is 250 ms per stream in flight: under
+    ttft_p95 <= 625 ms it serves 2 users (500 ms) and misses at 3 (750 ms) and 4: the search goes 1, 2, 4, 3."""
     monkeypatch.setattr("lab.store.default_db_path", lambda: tmp_path / "results.sqlite")
-    with serve_in_subprocess(free_port(), gap_ms=20) as url:
-        code = main(["capacity", "--slo", "tpot_p95=200ms", "--engines", "openai", "--base-url", url,
-                     "--served-model-name", "fake", "--max-users", "4", "--workload", "equal", "--output-len", "4",
+    with serving_on_a_thread(PrefillQueueServer(prefill_s=0.25, gap_ms=10)) as url:
+        code = main(["capacity", "--slo", "ttft_p95=625ms", "--engines", "openai", "--base-url", url,
+                     "--served-model-name", "fake", "--max-users", "8", "--workload", "equal", "--output-len", "4",
                      "--requests-per-user", "1", "--min-requests", "4", "--warmup", "0", "--device", "cpu",
                      "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err[-2000:]
     data = json.loads((tmp_path / "capacity.json").read_text())
-    assert [p["level"] for p in data["probes"]] == [1, 2, 4] and data["capacity"]["openai"]["bound"] == "at_least"
-    assert all(0.015 < p["tpot_s"]["p50"] < 0.2 for p in data["probes"])
-    assert "openai served at least 4 users" in data["sentences"][0]
+    assert [p["level"] for p in data["probes"]] == [1, 2, 4, 3]
+    assert data["capacity"]["openai"] | {"levels": None, "most": None} == {
+        "value": 2, "bound": "exact", "failed_at": 3, "ended": "done", "unit": "users", "least": 1, "most": None,
+        "levels": None}
+    assert data["sentences"][0] == "Under ttft_p95 <= 625 ms, openai served 2 users (3 users missed it)."
 
 
 def test_the_headline_branches_on_the_numbers():
@@ -435,11 +599,7 @@ def test_capacity_on_the_real_hf_engine_writes_every_probe_and_littles_law_holds
         "value": 4, "bound": "at_least", "ended": "done", "levels": None}
     assert "capacity: hf probe 4 users" in captured.err and "HF served at least 4 users" in captured.out
     steady = [p for p in data["probes"] if p["little"]["steady"]]
-    assert steady and steady[0]["level"] == 1
-    for p in steady:
-        little = p["little"]
-        assert abs(little["computed_in_system"] / p["users"] - 1) <= 0.10
-        assert abs(little["mean_in_system"] / little["computed_in_system"] - 1) <= 0.10
+    assert steady and steady[0]["level"] == 1 and all(p["little"]["agreed"] for p in steady)
     assert (out / "requests.csv").read_text().count("\n") - 1 == sum(p["requests"] for p in data["probes"])
     assert main(["report", data["capacity_id"], "--out", str(tmp_path / "r.html")]) == 0
     assert "HF served at least 4 users" in (tmp_path / "r.html").read_text()
@@ -503,6 +663,18 @@ def test_the_figure_and_caption_of_a_recorded_gpu_search():
             f"128 users, {top / 0.1:.0%} of its 100 ms") in caption
 
 
+def test_the_results_list_says_each_capacity_by_its_bound():
+    from lab.capacity import capacity_cell, ratio_cell
+
+    cells = [capacity_cell({"value": v, "bound": b, "unit": u}) for v, b, u in (
+        (3, "exact", "users"), (16, "at_least", "users"), (0, "none", "users"), (0, "unknown", "users"),
+        (2.5, "exact", "req/s"))]
+    assert cells == ["3 users", ">= 16 users", "none", "-", "2.5 req/s"]
+    assert [ratio_cell({"value": v, "bound": b}) for v, b in ((16.0, "exact"), (16.0, "at_least"), (1.5, "at_most"),
+                                                              (None, "none"), (2.0, "unknown"))] == [
+        "16x", ">= 16x", "<= 1.5x", "-", "-"]
+
+
 def test_a_level_decided_on_two_runs_says_so_and_a_failed_rank_has_no_value():
     from lab.capacity import broke_words
 
@@ -518,7 +690,8 @@ def test_a_level_decided_on_two_runs_says_so_and_a_failed_rank_has_no_value():
 
 
 def test_the_experiment_runs_the_clis_search_stores_it_and_the_tab_lists_and_reports_it(tmp_path, char_tokenizer):
-    from lab.app.ui_capacity import CapacityHandlers, search_view
+    from lab.app.ui_capacity import CapacityHandlers, search_view, searches_table
+    from lab.capacity import times_words
     from lab.experiments import parse_params, run_experiment
     from lab.experiments.capacity_search import live_view, stored
     from lab.store import save
@@ -540,6 +713,11 @@ def test_the_experiment_runs_the_clis_search_stores_it_and_the_tab_lists_and_rep
     db = tmp_path / "results.sqlite"
     save(db, result)
     assert [d["capacity_id"] for d in stored(db)] == [result.id]
+    row = searches_table(db).iloc[0].to_dict()  # the Results tab's list
+    hf, vllm = data["capacity"]["hf"]["value"], data["capacity"]["vllm"]
+    assert row["id"] == result.id and row["target"] == "tpot_p95=12ms" and row["HF capacity"] == f"{hf} users"
+    assert row["vLLM capacity"] == ("" if vllm["bound"] == "exact" else ">= ") + f"{vllm['value']} users"
+    assert row["vLLM/HF"].endswith(times_words(vllm["value"] / hf)) and row["status"] == "ok"
     shown = CapacityHandlers(SimpleNamespace(db_path=db)).show_stored(result.id)
     page = Path(shown[-1]).read_text()
     assert f"capacity search {result.id}" in page and "Every probe" in page and "broke the target first" in page
@@ -571,3 +749,16 @@ def test_a_cancelled_experiment_keeps_its_probes_and_its_live_caption_said_so_fa
     data = live_view(result)
     assert result.status == RunStatus.CANCELLED and len(result.rows) == len(data["probes"]) >= 3
     assert data["capacity"]["hf"]["ended"] == "cancelled" and "ended early (cancelled)" in capacity_caption(data)
+
+
+@pytest.mark.parametrize("levels, ended, said", [
+    ([], "time limit", "HF was not measured (its search ended, time limit, before its first probe finished)"),
+    ([{"level": 4.0, "met": False}, {"level": 2.0, "met": False}], "time limit",
+     "HF missed the target at every level probed, down to 2 req/s, and its search ended (time limit) before one "
+     "met it: below 2 req/s, if any"),
+    ([], "not run", "HF was not probed (the run ended before its turn)"),
+])
+def test_a_search_that_met_no_level_and_was_cut_says_what_it_knows_not_no_capacity(levels, ended, said):
+    found = {"unit": "req_s", "value": 0, "bound": "unknown", "failed_at": None, "ended": ended, "most": 512,
+             "least": 1, "levels": levels}
+    assert served_words("hf", found) == said

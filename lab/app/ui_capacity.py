@@ -4,7 +4,8 @@ Pure helpers first (the progress line, a result's figure, caption and probe tabl
 Host, then the layout and its wiring. A search runs as the host's experiment "capacity_search"
 (lab/experiments/capacity_search.py, which calls the CLI's runner): one task at a time, Cancel keeps the probes
 finished, and it is stored with the other experiments when it ends. The tab lists every stored search, the CLI's
-too, each with its report (lab.report) to download. As in lab/app/ui_why.py, the page's one gr.Timer writes a cheap
+too, each with its report (lab.report) to download; the Results tab lists them too, each engine's capacity and the
+ratio in a row (build_searches_list). As in lab/app/ui_why.py, the page's one gr.Timer writes a cheap
 change key and the figure, caption and table are redrawn only when it moved.
 """
 
@@ -21,7 +22,14 @@ from lab.app.dashboard import engine_choices
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
-from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, REQUESTS_PER_USER, capacity_caption
+from lab.capacity import (
+    DEFAULT_TIME_LIMIT_S,
+    MIN_REQUESTS,
+    PROBES_LABEL,
+    REQUESTS_PER_USER,
+    capacity_caption,
+    search_row,
+)
 from lab.config import MAX_RATE
 from lab.experiments import parse_params
 from lab.experiments.capacity_search import NAME, live_view, stored
@@ -56,6 +64,12 @@ def search_view(data: dict) -> tuple:
     if "targets" not in data:
         return capacity_figure(data), "", pd.DataFrame()
     return capacity_figure(data), capacity_caption(data), probes_table(data)
+
+
+def searches_table(db_path) -> pd.DataFrame:
+    """Every stored search (the CLI's and the page's), newest first, as the Results tab lists it
+    (lab.capacity.search_row: each engine's capacity and the ratio)."""
+    return pd.DataFrame([search_row(d) for d in stored(db_path)])
 
 
 def engines_text(chosen, loaded) -> str:
@@ -127,6 +141,10 @@ class CapacityHandlers:
         """The stored searches (the CLI's and the page's), newest first, as the dropdown's choices."""
         return gr.update(choices=[(stored_label(d), d["capacity_id"]) for d in stored(self.host.db_path)])
 
+    def table(self) -> pd.DataFrame:
+        """The stored searches as the Results tab lists them."""
+        return searches_table(self.host.db_path)
+
     def show_stored(self, capacity_id: str | None) -> tuple:
         """A stored search's figure, caption and probes, and its report to download."""
         data = next((d for d in stored(self.host.db_path) if d["capacity_id"] == capacity_id), None)
@@ -180,19 +198,18 @@ def build_capacity_tab(host: Host, ticker: Ticker, guard: Guard) -> CapacityTab:
     with gr.Tab("Capacity", id="capacity"):
         gr.Markdown(INTRO)
         form = _form(host)
-        run, cancel, message, progress = run_cancel_lines("capacity", NO_SEARCH)
+        run, cancel, message, progress = run_cancel_lines("capacity", NO_SEARCH, guard)
         figure = gr.Plot(label="Percentiles per probe (measured) and capacity (computed)", elem_id="capacity-figure")
         caption = gr.Markdown(elem_id="capacity-caption")
-        probes = gr.DataFrame(label="Every probe (latencies in ms; L/target: Little's law, computed)",
-                              elem_id="capacity-probes", wrap=True)
+        probes = gr.DataFrame(label=PROBES_LABEL, elem_id="capacity-probes", wrap=True)
         with gr.Row():
             chosen = gr.Dropdown([], label="Stored capacity searches (the CLI's too)", elem_id="capacity-stored",
                                  scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         report = gr.File(label="The stored search's report (one HTML file, opens offline)", elem_id="capacity-report")
         tab = CapacityTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, probes])
-    run.click(guard(handlers.start, "Starting a capacity search"), form, [message], api_name="start_capacity",
-              show_progress="hidden")
+    guard.started(run.click(guard(handlers.start, "Starting a capacity search"), form, [message],
+                            api_name="start_capacity", show_progress="hidden"))
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_capacity",
                  show_progress="hidden")
     refresh.click(handlers.stored, None, [chosen], api_visibility="private")
@@ -200,3 +217,15 @@ def build_capacity_tab(host: Host, ticker: Ticker, guard: Guard) -> CapacityTab:
     ticker.add([(handlers.result_key, handlers.result_view, tab.result),
                 (handlers.ended_key, handlers.stored, [chosen])])
     return tab
+
+
+def build_searches_list(host: Host, ticker: Ticker, refresh: gr.Button) -> gr.Dataframe:
+    """The Results tab's list of stored capacity searches (call inside that tab): redrawn when a search starts or
+    ends, and by the tab's Refresh."""
+    handlers = CapacityHandlers(host)
+    table = gr.Dataframe(label="Capacity searches (stored, the CLI's too): each engine's capacity under the target "
+                         "and the ratio, computed; each one's probes and report in the Capacity tab",
+                         elem_id="capacity-searches", wrap=False)
+    refresh.click(handlers.table, None, [table], api_name="load_capacities")
+    ticker.add([(handlers.ended_key, handlers.table, [table])])
+    return table

@@ -24,6 +24,7 @@ from lab.capacity import (
     new_capacity,
     probe_rows,
     run_capacity,
+    session_engines,
 )
 from lab.config import MAX_RATE, MAX_USERS
 from lab.engines import registry
@@ -81,12 +82,7 @@ def check(params: Params, config) -> None:
 
 def loaded(session, params: Params) -> tuple[str, ...]:
     """The engines to search: those asked for, each loaded in the session (ValueError naming one that is not)."""
-    names = params.engine_names() or tuple(session.engines)
-    missing = [n for n in names if n not in session.engines]
-    if missing:
-        raise ValueError(f"engines: {missing[0]!r} is not loaded in this session; choose from "
-                         f"{', '.join(session.engines)}")
-    return names
+    return session_engines(session, params.engine_names() or tuple(session.engines))
 
 
 async def run(session, params: Params, result, notify) -> None:
