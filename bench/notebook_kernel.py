@@ -1,7 +1,8 @@
 """Each guided notebook executed as a learner's Jupyter runs it: a real kernel (nbclient, which `make notebooks`
 installs with JupyterLab), every cell top to bottom, its real stop included. Prints each notebook's time and every
 line of engine log noise its outputs hold (WARNING, INFO or DEBUG lines, "force killing", progress bars): what a
-learner would see between the answers. The test suite runs the notebooks in its own process with shared engines and
+learner would see between the answers, by lab.notebook.noise's rule (anything on stderr, any stdout line shaped like
+a log record or a warning). The test suite runs the notebooks in its own process with shared engines and
 a stubbed stop; this is the check on what a kernel shows.
 
 Usage: python -m bench.notebook_kernel [--notebooks 05,07] [--out DIR] [--timeout-s 900]
@@ -10,26 +11,24 @@ Usage: python -m bench.notebook_kernel [--notebooks 05,07] [--out DIR] [--timeou
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from pathlib import Path
 
+from lab.notebook import noise
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NOISE = re.compile(r"\b(WARNING|INFO|DEBUG)\b|force killing|it/s\]|\d+%\|")
 
 
-def outputs_text(notebook) -> list[str]:
-    """Every line a notebook's executed cells show: streams, plain text and tracebacks."""
-    lines = []
+def outputs_text(notebook) -> tuple[str, str]:
+    """What a notebook's executed cells showed, as (stdout, stderr): stderr streams on one side; stdout streams,
+    plain text and tracebacks on the other."""
+    out, err = [], []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             shown = output.get("text") or output.get("data", {}).get("text/plain")
-            lines += str(shown or "\n".join(output.get("traceback", []))).splitlines()
-    return lines
-
-
-def noise(lines: list[str]) -> list[str]:
-    return [line for line in lines if NOISE.search(line)]
+            side = err if output.get("name") == "stderr" else out
+            side.append(str(shown or "\n".join(output.get("traceback", []))))
+    return "\n".join(out), "\n".join(err)
 
 
 def execute(path: Path, out: Path, timeout_s: float) -> tuple[float, str, list[str]]:
@@ -46,7 +45,7 @@ def execute(path: Path, out: Path, timeout_s: float) -> tuple[float, str, list[s
         words = str(exc).strip()
         status = f"failed: {words.splitlines()[-1] if words else type(exc).__name__}"
     nbformat.write(notebook, out / path.name)
-    return time.perf_counter() - began, status, noise(outputs_text(notebook))
+    return time.perf_counter() - began, status, noise(*outputs_text(notebook))
 
 
 def main() -> None:

@@ -3,8 +3,11 @@
 Every notebook in ``notebooks/`` follows one shape: learn, **predict**, run, look, **explain**, exercise,
 and an answer that computes from the run's own numbers. ``answer()`` renders as a collapsed
 ``<details>`` block in Jupyter (click to open) and as plain text anywhere else; ``against()`` puts the
-learner's prediction beside what was measured. Nothing here computes a metric: the numbers come from
-lab.metrics, lab.experiments and lab.sweeps, the same the dashboard and the CLI show.
+learner's prediction beside the figure, labelled measured or computed by lab.labels' one rule; ``story()`` closes a
+notebook with its finding placed in the story the notebooks tell (lab.story). ``noise()`` says which lines of a
+notebook's output an engine or a library wrote (the notebook tests and bench.notebook_kernel check there are none).
+Nothing here computes a metric: the numbers come from lab.metrics, lab.experiments and lab.sweeps, the same the
+dashboard and the CLI show.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import EngineConfig
+from lab.labels import kind, label
 from lab.session import LabSession
 
 
@@ -38,12 +44,32 @@ def answer(*lines: str) -> Answer:
     return Answer("\n\n".join(lines))
 
 
-def against(prediction, measured: float, unit: str = "") -> str:
-    """The learner's prediction beside the measured value (a blank prediction says so)."""
-    shown = f"{measured:,.3g}{unit}" if isinstance(measured, float) else f"{measured:,}{unit}"
+def story(sentence: str) -> Answer:
+    """A notebook's closing answer: its finding placed in the story the notebooks tell (lab.story)."""
+    return Answer(sentence, title="Where this fits in the story (click to open): computed from this run")
+
+
+def against(prediction, value: float, unit: str = "", origin: str = "engine") -> str:
+    """The learner's prediction beside the figure, labelled measured or computed by its ``origin``
+    (lab.labels.ORIGINS: "engine" for what an engine reported; "formula", "shape" or "arithmetic" for what the lab
+    worked out); a blank prediction says so."""
+    shown = f"{value:,.3g}{unit}" if isinstance(value, float) else f"{value:,}{unit}"
     if prediction is None:
-        return f"Measured: **{shown}** (you left your prediction blank)."
-    return f"You predicted **{prediction}{unit}**; measured: **{shown}**."
+        return f"{label(origin)}: **{shown}** (you left your prediction blank)."
+    return f"You predicted **{prediction}{unit}**; {kind(origin)}: **{shown}**."
+
+
+@dataclass(frozen=True)
+class Note:
+    """Lines shown open under a cell (markdown bullets in a notebook, plain lines when printed)."""
+
+    lines: tuple[str, ...]
+
+    def _repr_markdown_(self) -> str:
+        return "\n".join(f"- {line}" for line in self.lines)
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
 
 
 QUIET_ENV = {  # set before the engines load; their processes inherit it
@@ -54,19 +80,40 @@ QUIET_ENV = {  # set before the engines load; their processes inherit it
 }
 
 
+QUIET_CHILDREN = str(Path(__file__).with_name("quiet"))  # on PYTHONPATH: its sitecustomize quiets vLLM's children
+
+
 def quiet_engines() -> None:
-    """Keep the engines' log lines and warnings out of a learner's cells (errors still show); the app and the CLI
-    keep their logs."""
+    """Keep the engines' log lines and warnings out of a learner's cells (errors still show), in this process and
+    in those the engines start (QUIET_ENV, QUIET_CHILDREN); the app and the CLI keep their logs."""
     import os
     import warnings
 
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([QUIET_CHILDREN] + [p for p in paths if p != QUIET_CHILDREN])
     warnings.filterwarnings("ignore")
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # its import-time warnings come before its logging is set up
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+
+
+LOG_LINE = re.compile(  # what a log record or a library's warning looks like, whoever wrote it
+    r"^\s*(\([\w-]+ pid=\d+\)\s*)?\[?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"  # a level first (a child's prefix)
+    r"|^\s*\[?[DIWEF]\d{4} \d\d:\d\d"  # glog and torch's C++ logs: W1128 12:00:00
+    r"|\d\d-\d\d \d\d:\d\d:\d\d|\[[\w./-]+\.py:\d+\]"  # vLLM's timestamp, a [file.py:123] origin
+    r"|\b\w+(Warning|Error):|force killing|it/s\]|\d+%\|")  # warnings, vLLM's stop, progress bars
+
+
+def noise(out: str, err: str = "") -> list[str]:
+    """The lines of a notebook's output that an engine or a library wrote, not the notebook: every line on stderr
+    (the cells write nothing there, and an error shows as its traceback) and every stdout line shaped like a log
+    record or a warning (LOG_LINE)."""
+    return [line for line in err.splitlines() if line.strip()] + [
+        line for line in out.splitlines() if LOG_LINE.search(line)]
 
 
 GPU_KV_GIB = 0.25  # on a GPU, vLLM's KV budget in the notebooks: the CPU's pool (11,650 tokens of SmolLM2), which
@@ -96,9 +143,10 @@ async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) 
     return session
 
 
-def verdicts(session: LabSession) -> list[str]:
-    """How the engines agree (the start-up check), or why there was nothing to check."""
-    return session.agreement.verdicts() if session.agreement else ["one engine loaded: nothing to compare"]
+def verdicts(session: LabSession) -> Note:
+    """How the engines agree (the start-up check), or why there was nothing to check: the last line of a cell, so
+    that the notebook shows it."""
+    return Note(tuple(session.agreement.verdicts() if session.agreement else ["one engine loaded: nothing to compare"]))
 
 
 # -- running a notebook without Jupyter (its tests, bench.notebook_times) ----------------------------------------

@@ -13,9 +13,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from lab.experiments.blocks import derive_grid
+from lab.experiments.table import default_step, refs_at, step_view
 from lab.metrics.kv import used_blocks
 from lab.plots import ENGINE_COLORS, _layout
 from lab.plots_why import ladder_figure
+from lab.sentences import table_step_answer
 from lab.status import RunStatus
 
 FREE = "#f4f4f4"
@@ -240,17 +242,155 @@ def cache_figure(result) -> go.Figure:
     return fig.update_yaxes(rangemode="tozero") if fig.data else fig
 
 
-def table_figure(result) -> go.Figure:
-    """vLLM's real block ids per request at every engine step: one colour per request, a block's row its id."""
-    fig = go.Figure()
+# -- vLLM's real block table, as the vLLM paper draws it (its Fig. 6): logical blocks -> physical blocks ----------
+REQUEST_COLORS = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#882255",
+                  "#44AA99", "#999933"]  # Okabe-Ito, then Tol: told apart by most eyes; labels name them anyway
+CELL_KINDS = {"free, not handed out yet": FREE, "freed earlier, back on the free list": "#bcd4e6",
+              "shared (held by several: x refcount)": "#2e282a", "vLLM's null block (never handed out)": "#9e9e9e"}
+POOL_COLUMNS = 8
+
+
+def block_table_view(result, step: int | None = None) -> tuple[go.Figure, str]:
+    """vLLM's block table after one engine step of a ``table`` result, and the one sentence saying what it shows.
+
+    Args:
+        result: The table experiment's result (live, stored, or a SimpleNamespace of fields and series).
+        step: The engine step; default the one where most requests held one block at once.
+
+    Returns:
+        (the figure, its sentence).
+
+    Raises:
+        ValueError: a step the run does not have, naming the range.
+    """
     steps = result.series.get("steps", [])
-    requests = list(dict.fromkeys(r for s in steps for r in s["tables"]))
-    for request, color in zip(requests, PALETTE * 4, strict=False):
-        points = [(s["step"], b) for s in steps for b in s["tables"].get(request, [])]
-        fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers", name=request,
-                                 marker=dict(color=color, symbol="square", size=6)))
-    title = "vLLM's block table, read from its KV cache manager (real block ids)"
-    return _layout(fig, title, "engine step", "physical block id")
+    if not steps:
+        return _layout(go.Figure(), "vLLM's block table", "", "", TABLE_EMPTY), TABLE_EMPTY
+    view = step_view(steps, default_step(steps) if step is None else step)
+    size = result.fields["block_size"]
+    return block_table_figure(view, steps, result.fields["num_blocks"], size), table_step_answer(view, size)
+
+
+TABLE_EMPTY = "vLLM's block ids per request appear here once the table experiment's engine has run its steps."
+
+
+def table_figure(result) -> go.Figure:
+    """The table experiment's figure: its block table at the step where most requests held one block at once."""
+    return block_table_view(result)[0]
+
+
+def block_table_figure(view: dict, steps: list, num_blocks: int, block_size: int) -> go.Figure:
+    """Per request, its logical blocks -> the physical blocks vLLM gave it (left), the pool of physical blocks:
+    held, shared with their reference count, freed and back on the free list, never used (right), and the blocks
+    held at every step with this one marked (below). Every id is vLLM's own."""
+    colors = _request_colors(steps)
+    fig = make_subplots(rows=2, cols=2, specs=[[{}, {}], [{"colspan": 2}, None]], column_widths=[0.45, 0.55],
+                        row_heights=[0.74, 0.26], vertical_spacing=0.16, horizontal_spacing=0.06,
+                        subplot_titles=["block tables: each request's logical blocks -> physical block ids",
+                                        f"physical KV blocks: vLLM's pool of {num_blocks}",
+                                        "blocks held after each engine step"])
+    _logical_cells(fig, view, colors, block_size)
+    _pool_cells(fig, view, colors, num_blocks)
+    _held_timeline(fig, steps, view["step"])
+    _legend_keys(fig, view, colors)
+    title = (f"vLLM's block table after engine step {view['step']} of {len(steps) - 1} (real ids, read from its KV "
+             f"cache manager; blocks of {block_size} tokens)")
+    fig = _layout(fig, title, "", "")
+    fig.update_layout(height=620, margin=dict(l=90, r=20, t=80, b=40), legend=dict(y=-0.12))
+    fig.update_xaxes(title_text="logical block", row=1, col=1)  # after _layout, which names the first axes
+    return fig.update_xaxes(showgrid=False, zeroline=False)
+
+
+def _request_colors(steps: list) -> dict:
+    """Each request of the run -> its colour, kept at every step (in the order requests first held a block)."""
+    requests = dict.fromkeys(r for s in steps for r in s["tables"])
+    return {r: REQUEST_COLORS[i % len(REQUEST_COLORS)] for i, r in enumerate(requests)}
+
+
+def _cell_scale(colors: list) -> list:
+    """A stepped colour scale for cells whose value k is the k-th colour."""
+    n = len(colors)
+    return [stop for i, c in enumerate(colors) for stop in ([i / n, c], [(i + 1) / n, c])]
+
+
+def _heatmap(z: list, text: list, hover: list, colors: list) -> go.Heatmap:
+    """Cells coloured by their index into ``colors``, each labelled and hovered with its own words."""
+    return go.Heatmap(z=z, text=text, hovertext=hover, hoverinfo="text", texttemplate="%{text}", showscale=False,
+                      xgap=2, ygap=2, colorscale=_cell_scale(colors), zmin=-0.5, zmax=len(colors) - 0.5)
+
+
+def _logical_cells(fig, view: dict, colors: dict, block_size: int) -> None:
+    """One row per request holding blocks: logical block i -> its physical id, the slots its tokens fill."""
+    kinds, requests = list(CELL_KINDS.values()), list(view["tables"])
+    palette = kinds + [colors[r] for r in requests]
+    width = max((len(ids) for ids in view["tables"].values()), default=0)
+    z, text, hover = [], [], []
+    for row, request in enumerate(requests):
+        ids, tokens = view["tables"][request], (view["tokens"] or {}).get(request)
+        cells = [_logical_cell(view, request, i, b, tokens, block_size) for i, b in enumerate(ids)]
+        z.append([2 if view["refs"][b] > 1 else len(kinds) + row for b in ids] + [None] * (width - len(ids)))
+        text.append([c[0] for c in cells] + [""] * (width - len(ids)))
+        hover.append([c[1] for c in cells] + [""] * (width - len(ids)))
+    fig.add_trace(_heatmap(z, text, hover, palette), row=1, col=1)
+    fig.update_xaxes(tickvals=list(range(width)), row=1, col=1)
+    fig.update_yaxes(tickvals=list(range(len(requests))), ticktext=requests, autorange="reversed", row=1, col=1)
+
+
+def _logical_cell(view: dict, request: str, index: int, block: int, tokens: int | None, size: int) -> tuple:
+    """A logical block's label (its physical id, x holders where shared, slots filled) and its hover words."""
+    refs = view["refs"][block]
+    filled = None if tokens is None else max(0, min(size, tokens - index * size))
+    label = f"{block}" + (f" x{refs}" if refs > 1 else "") + ("" if filled is None else f"<br>{filled}/{size}")
+    words = (f"{request}: logical block {index} -> physical block {block}; held by {refs}"
+             + ("" if filled is None else f"; {filled} of {size} slots hold tokens"))
+    return label, words
+
+
+def _pool_cells(fig, view: dict, colors: dict, num_blocks: int) -> None:
+    """vLLM's pool, POOL_COLUMNS blocks a row: each block coloured by who holds it now, or why it is free."""
+    kinds, requests = list(CELL_KINDS.values()), list(dict.fromkeys(colors))
+    palette = kinds + [colors[r] for r in requests]
+    owners = {b: r for r, ids in view["tables"].items() for b in ids}
+    cells = [_pool_cell(view, b, owners.get(b), requests, len(kinds)) for b in range(num_blocks)]
+    cells += [(None, "", "")] * (-num_blocks % POOL_COLUMNS)
+    rows = [cells[i:i + POOL_COLUMNS] for i in range(0, len(cells), POOL_COLUMNS)]
+    fig.add_trace(_heatmap(*([[c[k] for c in row] for row in rows] for k in range(3)), palette), row=1, col=2)
+    fig.update_xaxes(showticklabels=False, row=1, col=2)
+    fig.update_yaxes(showticklabels=False, autorange="reversed", row=1, col=2)
+
+
+def _pool_cell(view: dict, block: int, owner: str | None, requests: list, first: int) -> tuple:
+    """(colour index, label, hover words) of one physical block after the view's step."""
+    refs = view["refs"].get(block, 0)
+    if refs > 1:
+        return 2, f"{block}<br>x{refs}", f"block {block}: shared, held by {refs} requests (reference count {refs})"
+    if owner is not None:
+        return first + requests.index(owner), f"{block}<br>{owner}", f"block {block}: held by {owner}"
+    if block in view["freed"]:
+        return 1, f"{block}<br>freed", f"block {block}: freed earlier, back on the free list"
+    if block == 0:
+        return 3, "0<br>null", "block 0: vLLM's null block, never handed out"
+    return 0, f"{block}", f"block {block}: free, not handed out yet"
+
+
+def _held_timeline(fig, steps: list, step: int) -> None:
+    """Blocks held and requests holding them after every step (vLLM's ids counted), the view's step marked."""
+    xs = [s["step"] for s in steps]
+    fig.add_trace(go.Scatter(x=xs, y=[len(refs_at(s)) for s in steps], mode="lines", line_shape="hv",
+                             name="blocks held", line=dict(color="#2e282a")), row=2, col=1)
+    fig.add_trace(go.Scatter(x=xs, y=[len(s["tables"]) for s in steps], mode="lines", line_shape="hv",
+                             name="requests holding blocks", line=dict(color="#0072B2", dash="dot")), row=2, col=1)
+    fig.add_vline(x=step, line=dict(color="#D55E00", width=2), row=2, col=1)
+    fig.update_xaxes(title_text="engine step", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
+
+
+def _legend_keys(fig, view: dict, colors: dict) -> None:
+    """Legend entries for the cells' colours: the requests holding blocks now, then the kinds of cell."""
+    keys = {r: colors[r] for r in view["tables"]} | CELL_KINDS
+    for name, color in keys.items():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                                 marker=dict(symbol="square", size=12, color=color)), row=1, col=2)
 
 
 FIGURES = {"cache": cache_figure, "table": table_figure,

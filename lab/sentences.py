@@ -9,7 +9,10 @@ notebook 07 print these same sentences.
 from __future__ import annotations
 
 from lab.engines import registry
+from lab.labels import kind, kv_origin
 from lab.ladder import RUNGS, clear, largest_clear
+from lab.metrics import ratio_spreads, ratios_by_users
+from lab.metrics.machine import STEAL_SHARE, disturbed
 
 
 def times(value: float) -> str:
@@ -128,7 +131,8 @@ def ratio_caption(summary: dict, base: str = "hf", top: str = "vllm") -> str:
     """Under the load test's ratio plot: each level's ratio beside the two engines' median time per output token,
     and what a level of that size can and cannot hold (summary.json's ``runs`` and ``ratio``)."""
     ratios = (summary.get("ratios") or {}).get(top) or summary.get("ratio") or {}
-    lines = [_level_line(int(users), ratio, summary, base, top)
+    lines = [" ".join(filter(None, [_level_line(int(users), ratio, summary, base, top),
+                                    noise_line(summary, int(users), base, top)]))
              for users, ratio in sorted(ratios.items(), key=lambda kv: int(kv[0])) if ratio]
     if not lines:
         return ""
@@ -150,6 +154,54 @@ def _level_line(users: int, ratio: float, summary: dict, base: str, top: str) ->
     if users == 1:
         return line + ": one request at a time, so nothing is batched or paged; the ratio is the cost of a step."
     return line + "."
+
+
+def noise_line(summary: dict, users: int, base: str = "hf", top: str = "vllm") -> str:
+    """What besides the engines may have made a level's ratio (summary.json's ``runs``): other processes or steal
+    during its turns (lab.metrics.machine's rule), repeats that straddle 1, and for a ratio below 1 that neither
+    explains it; '' for a ratio above 1 that neither touches. Under the Load test's ratio, in reports and notebooks."""
+    rows = [r for r in summary.get("runs", []) if r["users"] == users and r["engine"] in (base, top)]
+    ratio, spread = ratios_by_users(rows, base, top).get(users), ratio_spreads(rows, base, top).get(users)
+    lines = [busy_line(rows, base, top, ratio)] if any(disturbed(r.get("machine")) for r in rows) else []
+    if spread and not clear(spread.to_dict()):
+        lines.append(f"Its repeats straddle 1 ({spread.low:.2f}-{spread.high:.2f}x, n={spread.n}): no measured gain "
+                     "or loss.")
+    if not lines and ratio is not None and ratio < 1:
+        lines.append(quiet_words(rows, registry.label(top)))
+    return " ".join(lines)
+
+
+def busy_line(rows: list[dict], base: str, top: str, ratio: float | None) -> str:
+    """A disturbed level: what the machine did, and that its ratio may be the machine's."""
+    which = f"this level's {ratio:.2f}x" if ratio is not None else "this level's figures"
+    return f"The machine was shared: {busy_words(rows, base, top)}, so {which} may be the machine, not the engines."
+
+
+def busy_words(rows: list[dict], base: str, top: str) -> str:
+    """'other processes used up to 0.90 of the 2 cores during HF's turns and 0.10 during vLLM's (measured)', and the
+    hypervisor's steal where it took STEAL_SHARE or more: the largest of each engine's turns at the level."""
+    cores = max(r["machine"]["cores"] for r in rows if r.get("machine"))
+    parts = [(registry.label(e), most) for e in (base, top) if (most := _most(rows, e, "others_cores")) is not None]
+    said = [f"{value:.2f} of the {cores} cores during {label}'s turns" if i == 0 else f"{value:.2f} during {label}'s"
+            for i, (label, value) in enumerate(parts)]
+    steal = max((v for e in (base, top) if (v := _most(rows, e, "steal_cores")) is not None), default=0.0)
+    stolen = f"; the hypervisor took {steal:.2f} cores (steal)" if steal >= STEAL_SHARE * cores else ""
+    return f"other processes used up to {' and '.join(said)}{stolen} (measured)"
+
+
+def _most(rows: list[dict], engine: str, key: str) -> float | None:
+    found = [r["machine"][key] for r in rows if r["engine"] == engine and r.get("machine")]
+    return max(found) if found else None
+
+
+def quiet_words(rows: list[dict], top: str) -> str:
+    """Why a ratio below 1 on a quiet machine is the engines' (or that the machine was not sampled)."""
+    found = [r["machine"] for r in rows if r.get("machine")]
+    if not found:
+        return "No machine load was recorded for this level, so the machine is not ruled out as the cause of the loss."
+    most = max(m["others_cores"] for m in found)
+    return (f"The machine was quiet (other processes used at most {most:.2f} of the {found[0]['cores']} cores, "
+            f"measured): {top} lost here.")
 
 
 # -- load tests in the notebooks: what moved between two levels or two runs, and what the load could hold ----------
@@ -201,9 +253,10 @@ def load_facts(rows: list[dict], users: int, base: str, top: str, summary: dict)
     ttft = [per_repeat(summary, e, users, "ttft_s") for e in (base, top)]
     if each > 1 and all(ttft):
         hf, vllm = (sum(v) / len(v) * 1000 for v in ttft)
+        of = f"the mean of the {len(ttft[0])} repeats' medians" if len(ttft[0]) > 1 else "the median"
         lines.append(f"Each user sent {each} requests, one after the other: a request that came while {base}'s batch "
-                     f"ran waited for it; median time to first token {hf:,.0f} ms in {base}, {vllm:,.0f} ms in "
-                     f"{top} (measured).")
+                     f"ran waited for it; time to first token {hf:,.0f} ms in {base}, {vllm:,.0f} ms in {top} ({of}, "
+                     f"measured).")
     elif each <= 1:
         lines.append("Each user sent one request, so no request arrived while a batch ran: continuous batching had "
                      "nothing to admit mid-batch.")
@@ -234,6 +287,12 @@ def padding_words(rows: list[dict], users: int, name: str, engine: str = "hf") -
 # -- the KV-cache notebook (02): why a cache, what it costs, who wasted more --------------------------------------
 def cache_answer(fields: dict) -> list[str]:
     """How time per token grew with length each way (measured), then the cache's bytes: GQA and the pool."""
+    return cache_time_lines(fields) + memory_lines(fields)
+
+
+def cache_time_lines(fields: dict) -> list[str]:
+    """How time per token grew with length with the cache and without it (measured): the cache's answer before its
+    bytes are asked for."""
     from lab.experiments.cache import growth
 
     series = fields["ms_per_token"]
@@ -248,7 +307,7 @@ def cache_answer(fields: dict) -> list[str]:
     else:
         lines.append(f"At these lengths recomputing the past did not show ({without:.1f}x growth without the cache, "
                      f"{with_:.1f}x with it): a step's fixed cost hides it; try longer lengths.")
-    return lines + memory_lines(fields)
+    return lines
 
 
 def memory_lines(fields: dict) -> list[str]:
@@ -272,7 +331,8 @@ def waste_answer(fields: dict) -> list[str]:
     hf, vllm = fields["hf"]["waste_pct"]["mean"], fields["vllm"]["waste_pct"]["mean"]
     block = fields["vllm"]["block_size"]
     more = "HF" if hf > vllm else "vLLM"
-    lines = [f"{more} wasted more here: HF {hf} % of the KV it held, vLLM {vllm} % (time-weighted means, measured)."]
+    lines = [f"{more} wasted more here: HF {hf} % of the KV it held ({_kv_words('hf')}), vLLM {vllm} % "
+             f"({_kv_words('vllm')}; time-weighted means)."]
     if vllm >= hf:
         lines.append(f"vLLM's waste is the empty tail of each request's last block: with blocks of {block} tokens a "
                      f"short request leaves most of its one block empty. HF's ({hf} %) is padding and finished rows, "
@@ -292,8 +352,13 @@ def waste_change(first: dict, second: dict, names: tuple[str, str]) -> str:
         return "One of the runs measured no waste for an engine: nothing to compare."
     said = "; ".join(f"{ENGINE_LABELS[e]}'s {_points(v)}" for e, v in moves.items())
     more = max(moves, key=lambda e: abs(moves[e]))
-    return (f"From `{names[0]}` to `{names[1]}` {said} (time-weighted waste, measured): {ENGINE_LABELS[more]}'s "
-            f"waste changed more.")
+    return (f"From `{names[0]}` to `{names[1]}` {said} (time-weighted waste; HF's {_kv_words('hf')}, vLLM's "
+            f"{_kv_words('vllm')}): {ENGINE_LABELS[more]}'s waste changed more.")
+
+
+def _kv_words(engine: str) -> str:
+    """How an engine's KV figures were had: 'measured' (vLLM's used blocks) or 'computed from its batch's shape'."""
+    return kind(kv_origin(engine)) + ("" if kv_origin(engine) == "engine" else " from its batch's shape")
 
 
 def _points(change: float) -> str:
@@ -326,7 +391,7 @@ def _kinds_line(engine: str, kinds: dict) -> str:
                        "external fragmentation 0 by design, not measured apart (a block is taken when a token needs "
                        "it, and any free block serves any request).")
     return held + (f"reservation {kinds['reservation']} %, internal fragmentation {kinds['internal']} %, external "
-                   f"fragmentation {kinds['external']} % (memory x time, measured).")
+                   f"fragmentation {kinds['external']} % (memory x time, {_kv_words(engine)}).")
 
 
 def _largest_kind(engine: str, fields: dict) -> str:
@@ -374,14 +439,62 @@ def _paper_lines(fields: dict) -> list[str]:
     static = (fields.get("hf-static") or {}).get("kinds_pct", {}).get("real")
     if static is not None:
         where = "within" if low <= static <= high else "below" if static < low else "above"
-        lines.append(f"HF with a static cache kept {static} % here (measured), {where} the paper's Orca range.")
+        lines.append(f"HF with a static cache kept {static} % here ({_kv_words('hf-static')}), {where} the paper's "
+                     f"Orca range.")
     vllm = (fields.get("vllm") or {}).get("kinds_pct", {}).get("real")
     if vllm is not None:
         near = "close to" if vllm >= PAPER["vllm"] - 5 else "below"
-        lines.append(f"vLLM kept {vllm} % here (measured), {near} the paper's {PAPER['vllm']} %"
+        lines.append(f"vLLM kept {vllm} % here ({_kv_words('vllm')}), {near} the paper's {PAPER['vllm']} %"
                      + ("." if near == "close to" else f": a last block's empty tail is a larger share of a short "
                         f"request, and of a block of {fields['vllm']['block_size']} tokens."))
     return lines
+
+
+def block_size_answer(fields: dict) -> list[str]:
+    """vLLM's waste at each block size (measured where vLLM ran at it, computed where the same requests' tokens
+    were cut into its blocks), what a running request held at each, and so how many such requests the same pool
+    holds at once: the smallest measured block against the largest, then any computed one."""
+    rows = [r for r in (fields.get("block_sizes") or {}).values() if r.get("waste_pct") is not None
+            and r.get("requests_at_once")]
+    if len(rows) < 2:
+        return []
+    rows.sort(key=lambda r: r["block_size"])
+    waste = ", ".join(f"{r['waste_pct']} % in blocks of {r['block_size']} ({kind(r['origin'])})" for r in rows)
+    measured = [r for r in rows if kind(r["origin"]) == "measured"]
+    pair = measured if len(measured) > 1 else rows  # the effect as measured, where two sizes ran
+    lines = [f"vLLM's KV that held no token, time-weighted: {waste}.", _block_effect(pair[0], pair[-1])]
+    if len(measured) > 1:
+        lines.append(_fit_words(measured[0], measured[-1]))
+    lines += [_computed_fit(r, measured[-1]) for r in rows if kind(r["origin"]) == "computed" and measured]
+    return lines
+
+
+def _block_effect(small: dict, large: dict) -> str:
+    """Whether the smaller block wasted less, and why it can: a last block's empty tail is shorter."""
+    tail = (f"a request's last block leaves at most {small['block_size'] - 1} slots empty in blocks of "
+            f"{small['block_size']}, {large['block_size'] - 1} in blocks of {large['block_size']}")
+    if small["waste_pct"] < large["waste_pct"]:
+        return f"Smaller blocks wasted less: {tail}."
+    return f"Smaller blocks wasted no less here, though {tail}: these requests' tails happened to fit."
+
+
+def _fit_words(small: dict, large: dict) -> str:
+    """How many requests of this run's sizes the same pool holds at once at two measured block sizes."""
+    more = small["requests_at_once"] - large["requests_at_once"]
+    said = (f"A running request held {small['held_per_request']} KV slots on average in blocks of "
+            f"{small['block_size']} and {large['held_per_request']} in blocks of {large['block_size']} (measured), so "
+            f"the same pool of {large['pool_tokens']:,} tokens holds {small['requests_at_once']} such requests at once "
+            f"against {large['requests_at_once']}")
+    if more > 0:
+        return said + f": {more} more at once ({small['requests_at_once'] / large['requests_at_once']:.2f}x)."
+    return said + ": no more at once with the smaller blocks here."
+
+
+def _computed_fit(row: dict, largest: dict) -> str:
+    """A block size the lab computed rather than ran: the same requests, the same pool."""
+    return (f"In blocks of {row['block_size']} (computed: the same requests' tokens cut into them) a request "
+            f"would hold {row['held_per_request']} slots, and the pool {row['requests_at_once']} such requests at once "
+            f"against {largest['requests_at_once']} in blocks of {largest['block_size']}.")
 
 
 # -- the concurrency notebook (03): what users bought each kind of work ------------------------------------------
@@ -439,23 +552,97 @@ def _hf_line(gains: dict, spreads: dict) -> str:
 
 
 def more_users_answer(decode: dict, more: dict, users: tuple[int, int]) -> list[str]:
-    """The exercise: each engine's decode-bound gain at more users against the first run's (measured), and whether
-    vLLM's gain kept growing or flattened."""
+    """The exercise: the decode-bound gain at more users against the first run's (measured) of each engine the
+    exercise ran, and whether vLLM's tok/s kept growing with the users, flattened, or the repeats cannot say
+    (growth_line)."""
     first, second = users
-    lines = [f"On decode-bound work vLLM {gain_words(decode['vllm']['gain'], decode['vllm'].get('gain_spread'))} "
-             f"from 1 to {first} users and {gain_words(more['vllm']['gain'], more['vllm'].get('gain_spread'))} from "
-             f"1 to {second}; HF {gain_words(decode['hf']['gain'], decode['hf'].get('gain_spread'))} and "
-             f"{gain_words(more['hf']['gain'], more['hf'].get('gain_spread'))} (measured)."]
-    step = more["vllm"]["gain"] / decode["vllm"]["gain"]
-    users_step = second / first
-    if step < 1 + 0.5 * (users_step - 1):
-        lines.append(f"{users_step:.1f}x the users bought vLLM only {step:.2f}x the gain: it flattened. A step is "
-                     f"compute-bound once more rows cost as much as they make (on a 2-core CPU that comes early; on "
-                     f"a GPU much later), or once the KV pool cannot hold every running request.")
-    else:
-        lines.append(f"{users_step:.1f}x the users bought vLLM {step:.2f}x the gain: it kept growing, so a step was "
-                     f"not yet compute-bound and the pool held every running request.")
-    return lines
+    said = [f"{ENGINE_LABELS[e]} {gain_words(decode[e]['gain'], decode[e].get('gain_spread'))} from 1 to {first} "
+            f"users and {gain_words(more[e]['gain'], more[e].get('gain_spread'))} from 1 to {second}"
+            for e in ("vllm", "hf") if e in more]
+    return [f"On decode-bound work {'; '.join(said)} (measured).",
+            growth_line(step_of(decode["vllm"], more["vllm"]), users)]
+
+
+def step_of(first: dict, second: dict) -> dict:
+    """The second gain over the first, with its spread: the repeats' own steps where measured (``step`` and
+    ``step_spread``, lab.experiments.phases.step_up), else the widest the two gains' spreads allow."""
+    if second.get("step_spread"):
+        return {"value": second["step"], **second["step_spread"]}
+    value = second["gain"] / first["gain"]
+    a, b = first.get("gain_spread"), second.get("gain_spread")
+    if not a or not b or min(a["n"], b["n"]) < 2:
+        return {"value": value, "low": value, "high": value, "n": 1}
+    return {"value": value, "low": b["low"] / a["high"], "high": b["high"] / a["low"], "n": min(a["n"], b["n"])}
+
+
+def growth_bar(users: tuple[int, int]) -> float:
+    """The step that counts as still growing with the users: half the users' growth (2x the users: 1.5x)."""
+    return 1 + 0.5 * (users[1] / users[0] - 1)
+
+
+def kept_growing(step: dict, users: tuple[int, int]) -> bool | None:
+    """Whether every repeat's step reached growth_bar (True), none did (False), or the repeats straddle it (None:
+    no verdict)."""
+    bar = growth_bar(users)
+    if step["low"] >= bar:
+        return True
+    return False if step["high"] < bar else None
+
+
+def growth_line(step: dict, users: tuple[int, int]) -> str:
+    """From ``users[0]`` to ``users[1]``: vLLM's tok/s step against growth_bar, judged on its repeats."""
+    first, second = users
+    said = (f"From {first} to {second} users ({second / first:.2f}x) vLLM's tok/s moved {step['value']:.2f}x "
+            f"({spread_words(step)}); growing with the users means at least {growth_bar(users):.2f}x (half their "
+            f"growth)")
+    verdict = kept_growing(step, users)
+    if verdict is None:
+        return said + (": the repeats straddle that line, so this run cannot say whether it kept growing or "
+                       "flattened (more repeats, or a higher level, would).")
+    if verdict:
+        return said + (": every repeat reached it, so it kept growing: a step was not yet compute-bound and the pool "
+                       "held every running request.")
+    how = ("the extra users bought no measured tok/s (the repeats straddle 1)" if not clear(step) else
+           "it even fell, in every repeat" if step["high"] < 1 else "it grew, but short of the line in every repeat")
+    return said + (f": {how}, so it flattened. A step is compute-bound once more rows cost as much as they make (on "
+                   f"a 2-core CPU that comes early; on a GPU much later), or the KV pool cannot hold every running "
+                   f"request.")
+
+
+def capacity_guess_answer(prediction, data: dict) -> list[str]:
+    """03's capacity exercise: the learner's predicted vLLM/HF capacity ratio beside the one the search found
+    (computed from its measured probes, said by its bound), then the search's own sentences
+    (lab.capacity.capacity_answer: the headline, what broke each engine's target first, Little's law, the repeats)."""
+    from lab.capacity import capacity_answer
+
+    return [guess_line(prediction, (data.get("ratios") or {}).get("vllm/hf")), *capacity_answer(data)]
+
+
+def guess_line(prediction, ratio: dict | None) -> str:
+    """A predicted ratio against a found one ({value, bound}: exact, at_least, at_most, unknown, none)."""
+    if not ratio or ratio["value"] is None:
+        return "The search found no ratio to set a prediction against: the headline below says why."
+    value, bound = ratio["value"], ratio["bound"]
+    said = f"{bound.replace('_', ' ') + ' ' if bound in ('at_least', 'at_most') else ''}{value:.2g}x"
+    found = f"the capacities the search found give {said} ({kind('arithmetic')} from its measured probes)"
+    if prediction is None:
+        return f"You left your prediction blank; {found}."
+    return f"You predicted {prediction}x; {found}: " + _guess_words(float(prediction), value, bound)
+
+
+def _guess_words(guess: float, value: float, bound: str) -> str:
+    """Whether a guess is above, below or at a ratio, or (for a bound) consistent with it."""
+    if bound == "unknown":
+        return "both capacities are lower bounds (each search stopped before a level missed), so neither side is shown."
+    if bound == "at_least":
+        return (f"your guess is within the bound: a search to more users could still find {guess:g}x." if guess >= value
+                else "your guess is below what was found, even as a bound: vLLM served more users than you expected.")
+    if bound == "at_most":
+        return (f"your guess is within the bound: a search of HF to more users could still find {guess:g}x."
+                if guess <= value else "your guess is above what was found, even as a bound.")
+    if abs(guess / value - 1) <= 0.1:
+        return "your guess matched it (within 10%)."
+    return f"your guess was {'above' if guess > value else 'below'} it, {guess / value:.2g}x what was found."
 
 
 def block_count_answer(fields: dict) -> list[str]:
@@ -494,14 +681,74 @@ def table_answer(fields: dict) -> list[str]:
         block, holders = next(iter(reused.items()))
         lines.append(f"{len(reused)} block(s) served more than one request in turn: block {block} held by "
                      f"{', then '.join(holders)}; a finished request's blocks go straight back to the pool.")
-    shared = fields["shared"]
-    if shared:
-        lines.append(f"{len(shared)} block(s) were held by several requests at once (up to {max(shared.values())}): "
-                     f"the shared prompt prefix, computed once and reused by prefix caching.")
+    lines += _shared_lines(fields["shared"], fields.get("most_holders"))
     return lines
 
 
 # -- the prefix-caching notebook (05): hits measured beside the block rule's, and what they did to TTFT ---------
+def _shared_lines(shared: dict, most: dict | None) -> list[str]:
+    """The blocks held by several requests at once and the most holders of one at one step (an older result kept
+    each block's count at the last step it was shared: said so, not called the most)."""
+    if not shared:
+        return []
+    if most:
+        return [f"{len(shared)} block(s) were held by several requests at once, up to {most['holders']} at once "
+                f"(block {most['block']} after step {most['step']}): the shared prompt prefix, computed once and "
+                f"reused by prefix caching."]
+    return [f"{len(shared)} block(s) were held by several requests at once: the shared prompt prefix, computed once "
+            f"and reused by prefix caching (this older result kept each block's count at the last step it was "
+            f"shared, {max(shared.values())} at most, not the most at once)."]
+
+
+def table_step_answer(view: dict, block_size: int) -> str:
+    """One view of vLLM's block table: who holds how many blocks after a step, the most holders of one block then
+    (and in the run, where more), and the blocks freed before it that are back on the free list (all read from
+    vLLM: measured)."""
+    tables, refs = view["tables"], view["refs"]
+    said = (f"After step {view['step']}, {len(tables)} request{'s' * (len(tables) != 1)} hold{'s' * (len(tables) == 1)}"
+            f" {len(refs)} block{'s' * (len(refs) != 1)}" if tables else f"After step {view['step']} no request holds "
+            f"a block")
+    parts = [said, _holders_words(view, block_size), _freed_words(view)]
+    return "; ".join(p for p in parts if p) + f" (block ids and reference counts read from vLLM: {kind('engine')})."
+
+
+def _holders_words(view: dict, block_size: int) -> str:
+    """The blocks most requests hold at this step, which logical blocks they are for each, and the run's most."""
+    refs, most = view["refs"], view["most"]
+    top = max(refs.values(), default=0)
+    if top < 2:
+        said = "no block is shared at this step"
+    else:
+        tops = sorted(b for b, n in refs.items() if n == top)
+        first, last = (view["logical"][b][0] for b in (tops[0], tops[-1]))  # the same in every holder: a prefix
+        #                                                                     block's hash chains its position
+        said = (f"block{'s' * (len(tops) > 1)} {_and(tops)} {'are each' if len(tops) > 1 else 'is'} held by {top} "
+                f"at once (logical block{'s' * (len(tops) > 1)} {first}{f'-{last}' * (last > first)} of each: prompt "
+                f"tokens {first * block_size}-{(last + 1) * block_size - 1}, the same in all, stored once)")
+    if most and most["holders"] > top:
+        said += f" (the run's most: {most['holders']} held block {most['block']} after step {most['step']})"
+    return said
+
+
+def _and(items: list) -> str:
+    """'1', '1 and 2', '1, 2 and 3'."""
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _freed_words(view: dict) -> str:
+    """The blocks freed before this step that are free now, those held now that served another request before,
+    and vLLM's free count where the result has it."""
+    freed, reused = view["freed"], view["reused"]
+    said = (f"{len(freed)} block{'s' * (len(freed) != 1)} freed earlier {'are' if len(freed) != 1 else 'is'} back "
+            f"on the free list ({', '.join(map(str, freed))})" if freed else "no block freed earlier is free now")
+    if reused:
+        said += f", and {len(reused)} held now served another request before ({', '.join(map(str, reused))})"
+    if view["free"] is not None:
+        said += f"; vLLM counts {view['free']} free blocks"
+    return said
+
+
 def prefix_answer(fields: dict, shared_tokens: int) -> list[str]:
     """Each order's hit rate (measured) beside the block rule's (computed), why they differ or agree, and whether
     the order changed time to first token beyond the repeats' spread."""
@@ -589,26 +836,27 @@ def tok_s_words(point: dict, users: str) -> str:
     return said + (f" (repeats {spread['low']:.1f}-{spread['high']:.1f}, n={spread['n']})" if spread else "")
 
 
-def _overlap(a: dict, b: dict, users: str) -> bool:
+def overlap(a: dict, b: dict, users: str) -> bool:
     """Two points' tok/s repeats overlap (no spread: they are taken as apart)."""
     x, y = a.get(f"output_tok_s_spread@{users}"), b.get(f"output_tok_s_spread@{users}")
     return bool(x and y) and x["low"] <= y["high"] and y["low"] <= x["high"]
 
 
 def batch_answer(points: list[dict], users: str) -> list[str]:
-    """HF's batch-size sweep: what the largest batch reserved against the smallest, and what it bought in tok/s
-    (measured; within the repeats' spread said so)."""
+    """HF's batch-size sweep: the most KV the largest batch held against the smallest (computed from its batch's
+    shape), and what it bought in tok/s (measured; within the repeats' spread said so)."""
     first, last = points[0], points[-1]
     mib = [p[f"kv_peak_reserved_bytes@{users}"] / 2**20 for p in (first, last)]
     gain = last[f"output_tok_s@{users}"] / first[f"output_tok_s@{users}"]
-    lines = [f"Peak reserved KV: {mib[0]:.1f} MiB at batch {first['value']}, {mib[1]:.1f} MiB at {last['value']}; "
-             f"tok/s {tok_s_words(first, users)}, {tok_s_words(last, users)} ({gain:.2f}x, measured)."]
-    if _overlap(first, last, users):
+    lines = [f"Peak KV held: {mib[0]:.1f} MiB at batch {first['value']}, {mib[1]:.1f} MiB at {last['value']} "
+             f"({_kv_words('hf')}); tok/s {tok_s_words(first, users)}, {tok_s_words(last, users)} ({gain:.2f}x, "
+             f"measured)."]
+    if overlap(first, last, users):
         return lines + ["The two batch sizes' tok/s overlap within their repeats' spread: the larger batch bought no "
-                        "measured speed here, only memory reserved for rows."]
+                        "measured speed here, only memory held for rows."]
     if gain > 1.2:
-        return lines + ["A bigger static batch reserves batch x the longest padded length, and here it bought tokens "
-                        "too: one step serves several rows for little more than the cost of one."]
+        return lines + ["A bigger static batch holds batch x its longest padded length so far, and here it bought "
+                        "tokens too: one step serves several rows for little more than the cost of one."]
     return lines + ["Here the larger batch bought almost no speed: on this device a step of several rows cost nearly "
                     "as much as that many single steps, and padded rows computed for nothing. Where one row leaves "
                     "the device idle (a GPU's sweeps: docs/benchmarks.md), the same sweep can multiply tok/s."]
@@ -625,7 +873,7 @@ def blocks_answer(points: list[dict], users: str) -> list[str]:
                  "last block wastes less." if same else
                  f"The pools held {min(tokens):,}-{max(tokens):,} tokens: the budget did not divide evenly here.")
     fast = max(points, key=lambda p: p[f"output_tok_s@{users}"])
-    if len(points) > 1 and _overlap(points[0], points[-1], users):
+    if len(points) > 1 and overlap(points[0], points[-1], users):
         lines.append("Their tok/s overlap within the repeats' spread: the block size cost no measured speed here.")
     else:
         lines.append(f"Blocks of {fast['kv_block_size']} tokens were fastest here.")
@@ -826,7 +1074,8 @@ def preemption_lines(fields: dict) -> list[str]:
 EXPERIMENT_ANSWERS = {  # experiment -> (its fields, its params) -> lines; every argument is the result's own
     "cache": lambda f, p: cache_answer(f),
     "waste": lambda f, p: waste_answer(f) + (kinds_answer(f) if any("kinds_pct" in (f.get(e) or {})
-                                                                    for e in ENGINE_LABELS) else []),
+                                                                    for e in ENGINE_LABELS) else []) +
+    block_size_answer(f),
     "table": lambda f, p: table_answer(f),
     "prefix": lambda f, p: prefix_answer(f, p["shared_tokens"]),
     "phases": lambda f, p: phases_answer(f, max(p["users"])),

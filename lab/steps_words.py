@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from lab.engines import registry
 from lab.ladder import clear, largest_clear
+from lab.metrics.machine import disturbed
 from lab.metrics.steps import FACTORS, NEAR_FLOOR
-from lab.sentences import factor_words
+from lab.sentences import busy_words, factor_words
 
 FACTOR_NAMES = {"tokens_per_step": "output tokens per step", "s_per_step": "less time per step",
                 "busy_fraction": "busy fraction"}
@@ -149,7 +150,17 @@ def factors_lines(summary: dict) -> list[str]:
     """Every level's lines, in level order."""
     factors = summary.get("factors") or {}
     return [line for users, level in by_users(factors)
-            for line in level_lines(int(users), level)]
+            for line in level_lines(int(users), level) + shared_lines(summary, int(users), level)]
+
+
+def shared_lines(summary: dict, users: int, level: dict) -> list[str]:
+    """Where other processes or steal disturbed the level (lab.metrics.machine's rule): the figure, and that its
+    factors may be the machine's."""
+    rows = [r for r in summary.get("runs", []) if r["users"] == users and r["engine"] in (level["base"], level["top"])]
+    if not any(disturbed(r.get("machine")) for r in rows):
+        return []
+    return [f"The machine was shared during this level: {busy_words(rows, level['base'], level['top'])}, so its "
+            "factors may be the machine's, not the engines'."]
 
 
 FACTORS_TITLE = ("Why the ratio, level by level (factors measured, floors computed; a level's repeats pooled: all "

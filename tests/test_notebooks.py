@@ -12,10 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from lab.config import EngineConfig
+from lab.experiments import ExperimentResult
 from lab.experiments.cache import growth
+from lab.labels import kind, reported
 from lab.ladder import largest
-from lab.notebook import Answer, run_notebook
-from lab.sentences import ENGINE_LABELS, gain_words
+from lab.notebook import Answer, noise, run_notebook
+from lab.sentences import ENGINE_LABELS, block_size_answer, gain_words
+from lab.story import level_words
+from lab.sweeps import SweepResult
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
@@ -94,13 +98,43 @@ def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeyp
     check_notebook(path, capfd, shared, monkeypatch)
 
 
+def labelled(monkeypatch) -> list[tuple[str, object]]:
+    """Every (origin, value) the notebook's cells put a Measured or Computed label on (lab.notebook.against)."""
+    import lab.notebook
+
+    said, real = [], lab.notebook.against
+
+    def against(prediction, value, unit="", origin="engine"):
+        said.append((origin, value))
+        return real(prediction, value, unit, origin)
+
+    monkeypatch.setattr(lab.notebook, "against", against)
+    return said
+
+
+def engine_reported(namespace: dict) -> set:
+    """Every number an engine reported that the notebook's results hold (lab.labels.reported)."""
+    found = set()
+    for value in namespace.values():
+        if isinstance(value, ExperimentResult):
+            found.update(reported(value.fields, value.experiment))
+        elif isinstance(value, SweepResult):
+            found.update(reported(value.points, "sweep"))
+        elif isinstance(value, dict) and "runs" in value and "ratio" in value:  # a load test's summary
+            found.update(reported(value, "run"))
+    return found
+
+
 def check_notebook(path, capfd, shared, monkeypatch) -> None:
     """Run one notebook on the shared sessions; every answer computed, and each the branch its run calls for."""
     loop, start_session = shared
     monkeypatch.setattr("lab.notebook.start_session", start_session)
+    said = labelled(monkeypatch)
     namespace, answers = run_notebook(path, loop)
-    shown = "".join(capfd.readouterr())  # what the cells and the engines' processes printed
-    assert not [line for line in shown.splitlines() if "WARNING" in line or "force killing" in line], shown[-2000:]
+    out, err = capfd.readouterr()  # what the cells and the engines' processes printed
+    assert not noise(out, err), noise(out, err)[:20]
+    measured = engine_reported(namespace)  # every "Measured" label sits on a figure an engine reported
+    assert all(value in measured for origin, value in said if kind(origin) == "measured"), said
     assert answers and all(isinstance(a, Answer) for a in answers), answers
     for a in answers:
         assert "nan" not in str(a).lower().split() and any(ch.isdigit() for ch in str(a)), str(a)
@@ -111,9 +145,12 @@ def check_notebook(path, capfd, shared, monkeypatch) -> None:
             big = largest(result.fields["factors"])
             assert f"largest step is **{big['lower']} → {big['upper']}**, {big['value']:.2f}x" in str(said)
             assert result.fields["caption"] in str(said)
+            assert level_words(result.fields["load"]["users"], result.fields["steps"]) in str(answers[-1])
     if path.stem == "01_hf_vs_vllm":  # the exercise's answer says grew or shrank as its own two ratios did
         a, b = (float(namespace[name]["ratio"][str(namespace["TOP"])]) for name in ("summary", "exercise"))
         assert f"{'grew' if b > a else 'shrank'} from {a:.2f}x" in str(answers[1])
+        top = str(namespace["TOP"])  # the closing story names the factor that made the busy level's lead
+        assert level_words(int(top), namespace["summary"]["factors"][top]) in str(answers[-1])
     if path.stem == "02_paged_attention":  # each answer's branch is the one its run's numbers call for
         table = namespace["table"].fields  # ids read from vLLM's KV cache manager, not derived from token counts
         assert "get_block_ids" in table["source"] and table["most_at_once"] >= 4
@@ -124,18 +161,16 @@ def check_notebook(path, capfd, shared, monkeypatch) -> None:
                                                     "the derived count counted more") in said
         grew = growth(namespace["cache"].fields, "without cache")
         assert f"{grew:.1f}x" in str(answers[0])
-        for result, said in ((namespace["waste"], answers[-2]), (namespace["again"], answers[-1])):
+        for result, said in ((namespace["waste"], answers[-3]), (namespace["again"], answers[-2])):
             hf, vllm = (result.fields[e]["waste_pct"]["mean"] for e in ("hf", "vllm"))
             assert f"{'HF' if hf > vllm else 'vLLM'} wasted more here" in str(said)
-            kept = {e: result.fields[e]["kinds_pct"]["real"] for e in ENGINE_LABELS}  # HF's static cache's too
+            kept = {e: result.fields[e]["kinds_pct"]["real"] for e in ENGINE_LABELS if e in result.fields}
             assert f"{ENGINE_LABELS[max(kept, key=kept.get)]} kept the largest share" in str(said)
+        check_block_sizes(namespace["waste"].fields, str(answers[-3]), str(answers[-1]))
     if path.stem == "03_concurrency":  # gained or lost, as each measured gain says
         hf = namespace["result"].fields["decode"]["hf"]
         assert hf["gain_spread"]["n"] == 3 and f"HF {gain_words(hf['gain'], hf['gain_spread'])}" in str(answers[0])
-        assert namespace["more"]["vllm"]["gain_spread"]["n"] == 3  # the exercise's repeats too
-        vllm, more = namespace["decode"]["vllm"]["gain"], namespace["more"]["vllm"]["gain"]
-        step, users = more / vllm, max(namespace["EXERCISE_USERS"]) / namespace["most"]
-        assert ("it flattened" if step < 1 + 0.5 * (users - 1) else "it kept growing") in str(answers[1])
+        check_capacity_exercise(namespace, answers)
     if path.stem == "04_sweeps":  # the queue's answer is the one its own TTFT and TPOT call for
         first, last, u = namespace["first"], namespace["last"], namespace["u"]
         ttft, tpot = (first[f"{k}@{u}"] / last[f"{k}@{u}"] for k in ("ttft_p50_s", "tpot_p50_s"))
@@ -160,6 +195,40 @@ def check_notebook(path, capfd, shared, monkeypatch) -> None:
         blocks = namespace["blocks"].points
         assert [p["kv_block_size"] for p in blocks] == [64, 128]
         assert abs(blocks[0]["kv_total_blocks"] - 2 * blocks[1]["kv_total_blocks"]) <= 1
+
+
+def check_capacity_exercise(namespace: dict, answers: list) -> None:
+    """03's exercises: the step to more users judged on its own repeats (a verdict only where none straddles the
+    line), and the capacity search's sentences and the prediction's, each from its probes (both engines probed)."""
+    from lab.capacity import capacity_answer
+    from lab.sentences import guess_line, kept_growing, step_of
+
+    more, users = namespace["more"]["vllm"], (namespace["most"], namespace["EXERCISE_USERS"])
+    assert more["step_spread"]["n"] == 3  # each repeat against the first run's same repeat
+    verdict = kept_growing(step_of(namespace["decode"]["vllm"], more), users)
+    assert {True: "so it kept growing", False: "so it flattened", None: "cannot say whether"}[verdict] in str(
+        answers[1])
+    capacity = namespace["capacity"]
+    assert {p["engine"] for p in capacity["probes"]} == {"hf", "vllm"} and capacity["status"] == "ok"
+    said = str(answers[2])
+    assert guess_line(None, capacity["ratios"]["vllm/hf"]) in said and all(
+        line in said for line in capacity_answer(capacity))
+
+
+def check_block_sizes(fields: dict, said: str, story: str) -> None:
+    """02 on a CPU: vLLM ran in blocks of 32 and of 128 (measured), 16 was computed; the waste answer names what
+    the smaller block did to the waste and to the requests the same pool holds at once, and the story says it."""
+    rows = fields["block_sizes"]
+    assert {kind(rows[size]["origin"]) for size in ("32", "128")} == {"measured"} and rows["16"]["origin"] == "formula"
+    small, large = rows["32"], rows["128"]
+    effect = "wasted less" if small["waste_pct"] < large["waste_pct"] else "wasted no less"
+    fits = f"holds {small['requests_at_once']} such requests at once against {large['requests_at_once']}"
+    assert f"Smaller blocks {effect}" in said and fits in said
+    assert all(line in said for line in block_size_answer(fields))
+    more = small["requests_at_once"] - large["requests_at_once"]
+    assert (f"{more} more at once" if more > 0 else "no more at once") in said
+    assert f"hold {small['requests_at_once']} requests of this run at once instead of {large['requests_at_once']}" \
+        in story
 
 
 def test_on_a_gpu_the_notebooks_session_takes_the_gpu_pool_and_batch_unless_set(monkeypatch):
@@ -198,6 +267,7 @@ def test_each_notebooks_gpu_sizes_pass_the_rules_before_anything_loads(path, mon
     sizes), then stopped. A cell that needs an earlier call's result (or an engine's own figure) fails on the missing
     name and is passed over; anything else fails the test: a rule's refusal, as 02's 1,024-token answers did on an
     H200 (and its exercise's output_len=None, found here)."""
+    import lab.capacity
     import lab.experiments
     import lab.notebook
     import lab.sweeps
@@ -227,10 +297,14 @@ def test_each_notebooks_gpu_sizes_pass_the_rules_before_anything_loads(path, mon
         plan.configs(session.config)
         raise Checked
 
+    async def run_capacity(session, plan, *_, **__):  # lab.capacity.capacity_plan checked it against the config
+        raise Checked
+
     monkeypatch.setattr(lab.notebook, "on_gpu", lambda: True)
     monkeypatch.setattr(lab.notebook, "LabSession", GpuSession)
     monkeypatch.setattr(lab.experiments, "run_experiment", run_experiment)
     monkeypatch.setattr(lab.sweeps, "run_sweep", run_sweep)
+    monkeypatch.setattr(lab.capacity, "run_capacity", run_capacity)
     loop, namespace, checked = asyncio.new_event_loop(), {}, 0
     try:
         for cell in json.loads(path.read_text())["cells"]:

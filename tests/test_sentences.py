@@ -182,7 +182,8 @@ def test_the_kinds_answer_follows_each_runs_shares_and_sets_them_beside_the_pape
     assert "vLLM kept the largest share" in spread and "HF kept the largest share" in equal
     assert "HF wasted nothing measurable here" in equal and "HF wasted nothing" not in spread
     assert "every request here held 31 tokens, fewer than one block" in equal
-    assert "20.4-38.2 %" in spread and "kept 22.8 % here (measured), within the paper's Orca range" in spread
+    assert "20.4-38.2 %" in spread and "kept 22.8 % here (computed from its batch's shape), within the paper's Orca" \
+        in spread
     assert "vLLM kept 14.79 % here (measured), below the paper's 96.3 %" in equal
 
 
@@ -209,7 +210,7 @@ def test_the_waste_change_names_the_engine_whose_waste_moved_more():
 
     hf_moved = waste_change(waste(57.86, 55.18), waste(0.0, 85.21), ("spread", "equal"))
     assert hf_moved == ("From `spread` to `equal` HF's fell 57.9 points; vLLM's rose 30.0 points (time-weighted "
-                        "waste, measured): HF's waste changed more.")
+                        "waste; HF's computed from its batch's shape, vLLM's measured): HF's waste changed more.")
     assert "vLLM's waste changed more" in waste_change(waste(40, 10), waste(41, 60), ("a", "b"))
     assert "HF's did not move" in waste_change(waste(40, 10), waste(40, 60), ("a", "b"))
 
@@ -236,6 +237,65 @@ def test_gains_carry_their_spread_and_overlapping_gains_are_not_ranked():
     grew = " ".join(more_users_answer(apart["decode"], {"hf": engine(1.6, 1.5, 1.7), "vllm": engine(6.0, 5.5, 6.5)},
                                       (3, 8)))
     assert "it flattened" in flat and "it kept growing" in grew
+
+
+def test_the_exercise_judges_more_users_on_each_repeats_step_and_says_nothing_when_they_straddle():
+    """03's exercise on recorded rows: each repeat's step from 3 to 6 users (the same repeat of the first run), and
+    a verdict only where every repeat sits on one side of the line (half the users' growth: 1.5x)."""
+    from types import SimpleNamespace
+
+    from lab.experiments.phases import step_up
+    from lab.sentences import kept_growing, more_users_answer, step_of
+
+    rows = [{"workload": "decode", "engine": e, "users": u, "repeat": r, "output_tok_s": tok_s}
+            for e, base in (("hf", 10.0), ("vllm", 20.0)) for r in range(3)
+            for u, tok_s in ((1, base), (3, base * 2.5 + r))]
+    first = {e: {"gain": 2.5, "gain_spread": {"low": 2.5, "high": 2.6, "n": 3}} for e in ("hf", "vllm")}
+
+    def exercise(vllm_tok_s):  # the new level's repeats, as session.run returns them
+        summaries = [SimpleNamespace(engine=e, users=6, repeat=r, output_tok_s=tok_s)
+                     for e, values in (("hf", (26, 26, 27)), ("vllm", vllm_tok_s)) for r, tok_s in enumerate(values)]
+        plan = SimpleNamespace(engines=("hf", "vllm"), load=SimpleNamespace(users=(6,)))
+        return step_up(rows, SimpleNamespace(plan=plan, summaries=lambda: summaries))
+
+    cases = {"grew": (80, 84, 88), "flat": (51, 49, 52), "straddle": (70, 78, 82), "fell": (40, 41, 39)}
+    said = {name: " ".join(more_users_answer(first, exercise(v), (3, 6))) for name, v in cases.items()}
+    grew = exercise(cases["grew"])["vllm"]
+    assert grew["step_spread"] == {"low": 80 / 50, "high": 88 / 52, "n": 3} and grew["gain"] == 84 / 20
+    assert grew["tok_s"] == {6: 84.0} and exercise(cases["grew"])["hf"]["step"] == 26 / 26
+    assert "so it kept growing" in said["grew"] and "repeats 1.60-1.69x, n=3" in said["grew"]
+    assert "HF" in said["grew"] and "HF" not in more_users_answer(first, {"vllm": grew}, (3, 6))[0]  # vLLM alone
+    assert "no measured tok/s (the repeats straddle 1), so it flattened" in said["flat"]
+    assert "cannot say whether it kept growing or flattened" in said["straddle"]
+    assert "flattened" not in said["straddle"].split("cannot say")[0] and "kept growing" not in said["straddle"].split(
+        "cannot say")[0]
+    assert "it even fell, in every repeat, so it flattened" in said["fell"]
+    assert [kept_growing(step_of(first["vllm"], exercise(v)["vllm"]), (3, 6)) for v in cases.values()] == [
+        True, False, None, False]
+
+
+def test_the_capacity_exercise_sets_the_guess_against_the_found_ratio_by_its_bound():
+    """03's capacity exercise on recorded searches that disagree: an exact ratio, a lower bound, and none."""
+    from lab.sentences import capacity_guess_answer, guess_line
+
+    exact, bound = {"value": 4.0, "bound": "exact"}, {"value": 4.0, "bound": "at_least"}
+    assert guess_line(3, exact).endswith("your guess was below it, 0.75x what was found.")
+    assert "computed from its measured probes" in guess_line(3, exact)
+    assert guess_line(4.2, exact).endswith("matched it (within 10%).")
+    assert "could still find 8x" in guess_line(8, bound) and "at least 4x" in guess_line(8, bound)
+    assert "below what was found, even as a bound" in guess_line(2, bound)
+    assert guess_line(None, bound).startswith("You left your prediction blank; the capacities")
+    assert "no ratio" in guess_line(5, {"value": None, "bound": "none"})
+    probe = {"engine": "hf", "level": 2, "repeat": 0, "values": {"ttft_p95": 6.1}, "little": {}}
+    data = {"engines": ["hf", "vllm"], "unit": "users", "mode": "users", "probes": [probe],
+            "targets": [{"name": "ttft_p95", "metric": "ttft", "percentile": 95.0, "limit_s": 2.0}],
+            "capacity": {"hf": {"value": 1, "bound": "exact", "failed_at": 2, "ended": "done", "unit": "users"},
+                         "vllm": {"value": 4, "bound": "at_least", "failed_at": None, "ended": "done",
+                                  "unit": "users"}},
+            "ratios": {"vllm/hf": bound}}
+    lines = capacity_guess_answer(2, data)
+    assert "even as a bound" in lines[0] and "HF served 1 user (2 users missed it)" in lines[1]
+    assert any("HF broke the target first on TTFT p95 (6.1 s against 2 s) at 2 users" in line for line in lines)
 
 
 def test_sweep_answers_say_when_the_repeats_overlap():

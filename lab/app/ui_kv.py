@@ -4,8 +4,10 @@ Pure helpers first (the parameter text -> a dict of strings, the hint under it, 
 fields shown), then KvHandlers (small named handlers over one Host), then the layout and its wiring.
 As in lab/app/ui.py, the page's one gr.Timer (ui_timer.Ticker) writes the tab's cheap change keys into gr.State
 once a second and each group of components is redrawn only when its own key changed: the live block picture while an
-experiment's load run goes, and the progress line, figure and fields when the experiment's state moves.
-Every figure comes from lab.plots_kv, the functions the notebooks use.
+experiment's load run goes, and the progress line, figure and fields when the experiment's state moves. A ``table``
+result gets a step slider (and Play, a timer of the page's own that moves it) over vLLM's block table: each step
+redraws the figure and its one sentence for that page alone. Every figure comes from lab.plots_kv, the functions
+the notebooks use.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ import gradio as gr
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker, run_cancel_lines, start_experiment
-from lab.experiments import EXPERIMENTS, OWN_TAB, module, parse_pairs, parse_params
-from lab.plots_kv import experiment_figure, live_blocks_figure
+from lab.estimate import experiment_line
+from lab.experiments import EXPERIMENTS, OWN_TAB, module, parse_pairs, parse_params, stored_fields
+from lab.experiments.table import default_step
+from lab.plots_kv import block_table_view, experiment_figure, live_blocks_figure
+from lab.sentences import experiment_answer
 from lab.status import RunStatus
 
 DEFAULT_EXPERIMENT = "blocks"
 NO_EXPERIMENT = "No experiment yet: choose one, set its parameters and press **Run**."
+PLAY_S, PLAY_FRAMES = 0.5, 40  # Play moves the step slider every PLAY_S, through the run in about PLAY_FRAMES moves
 PAIRS_HELP = ("Write `key=value` pairs separated by spaces; a comma belongs to its value, so a list has no "
               "spaces in it (`users=1,5`). A parameter left out keeps its default.")
 
@@ -64,6 +70,14 @@ def shown_fields(result) -> dict:
     return json.loads(json.dumps(ordered, default=str))
 
 
+def answer_text(result) -> str:
+    """What the lab reads from the result: lab.sentences' lines for its experiment, from its fields as
+    experiment.json holds them (the report's words); empty where it has none yet."""
+    data = shown_fields(result)
+    lines = experiment_answer(result.experiment, stored_fields(data), data.get("params") or {})
+    return "\n".join(f"- {line}" for line in lines)
+
+
 # -- handlers ----------------------------------------------------------------------------------------
 class KvHandlers:
     """The tab's event handlers over one Host: actions, change keys and the redraws they gate."""
@@ -75,6 +89,10 @@ class KvHandlers:
     def start(self, name: str, text: str) -> str:
         """Start the chosen experiment with the typed parameters; returns the message line."""
         return start_experiment(self.host, name, lambda: parse_params(name, parse_pairs(text or "")))
+
+    def estimate(self, name: str, text: str) -> str:
+        """How long the experiment would take here (lab.estimate: the stored ones of these parameters)."""
+        return experiment_line(self.host, name, lambda: parse_params(name, parse_pairs(text or "")))
 
     def cancel(self) -> str:
         """Cancel what is running (an experiment, or a load-test run); returns the message line."""
@@ -104,11 +122,59 @@ class KvHandlers:
         return live_blocks_figure(self.host.experiment)
 
     def result_view(self) -> tuple:
-        """The progress line, the experiment's figure and its fields."""
+        """The progress line, the experiment's figure, what the lab reads from it and its fields."""
         result = self.host.experiment
         if result is None:
-            return NO_EXPERIMENT, gr.skip(), gr.skip()
-        return experiment_progress(result), experiment_figure(result), shown_fields(result)
+            return NO_EXPERIMENT, gr.skip(), gr.skip(), gr.skip()
+        return experiment_progress(result), experiment_figure(result), answer_text(result), shown_fields(result)
+
+    # the block table of a table result, step by step
+    def _table_steps(self) -> list:
+        """The engine steps of the host's table result (none for another experiment, or before its engine ran)."""
+        result = self.host.experiment
+        return result.series.get("steps", []) if result is not None and result.experiment == "table" else []
+
+    def table_key(self) -> tuple | None:
+        """Changes when a table result comes, or its steps do."""
+        steps = self._table_steps()
+        return (self.host.experiment.id, len(steps)) if steps else None
+
+    def table_controls(self) -> tuple:
+        """The step slider (at the step where most requests held one block at once), Play, the sentence and the
+        figure of that step; the slider and Play hidden where there is no block table to step through."""
+        steps = self._table_steps()
+        if not steps:
+            return gr.update(visible=False), gr.update(visible=False), "", gr.skip()
+        step = default_step(steps)
+        figure, said = block_table_view(self.host.experiment, step)
+        slider = gr.update(minimum=0, maximum=len(steps) - 1, value=step, visible=True)
+        return slider, gr.update(visible=True), said, figure
+
+    def table_at(self, step: float) -> tuple:
+        """The sentence and the figure of the block table after ``step`` (the slider's value)."""
+        steps = self._table_steps()
+        if not steps:
+            return gr.skip(), gr.skip()
+        figure, said = block_table_view(self.host.experiment, min(int(step), len(steps) - 1))
+        return said, figure
+
+    def play(self, playing: bool, step: float) -> tuple:
+        """Play or pause: (playing, the play timer, the button's label, the slider: back to 0 when at the end)."""
+        last = len(self._table_steps()) - 1
+        start = not playing and last > 0
+        value = 0 if start and step >= last else gr.skip()
+        return start, gr.update(active=start), "Pause" if start else "Play", value
+
+    def advance(self, playing: bool, step: float) -> tuple:
+        """One move of Play: the slider a few steps on; stopped at the last step (playing, timer, label, slider).
+        A tick that comes after Pause moves nothing."""
+        last = len(self._table_steps()) - 1
+        if not playing or last < 1:
+            return False, gr.update(active=False), "Play", gr.skip()
+        nxt = min(last, int(step) + max(1, last // PLAY_FRAMES))
+        if nxt < last:
+            return gr.skip(), gr.skip(), gr.skip(), nxt
+        return False, gr.update(active=False), "Play", nxt
 
 
 # -- layout and wiring -------------------------------------------------------------------------------
@@ -123,7 +189,11 @@ class KvTab:
     cancel: gr.Button
     message: gr.Markdown
     live: gr.Plot
-    result: list  # progress line, figure, fields: in KvHandlers.result_view's order
+    result: list  # progress line, figure, answer, fields: in KvHandlers.result_view's order
+    table: list  # step slider, Play, sentence, figure: in KvHandlers.table_controls' order
+    playing: gr.State
+    player: gr.Timer
+    estimate: gr.Markdown | None = None  # how long Run would take here (lab.estimate)
 
 
 def build_kv_tab(host: Host, ticker: Ticker, guard: Guard) -> KvTab:
@@ -139,14 +209,14 @@ def build_kv_tab(host: Host, ticker: Ticker, guard: Guard) -> KvTab:
     """
     handlers = KvHandlers(host)
     with gr.Tab("KV cache", id="kv"):
-        tab = _layout()
+        tab = _layout(guard, handlers)
         _wire(handlers, tab, ticker, guard)
     return tab
 
 
-def _layout() -> KvTab:
-    """The form, Run and Cancel, the message and progress lines, the live picture, then the
-    experiment's figure beside its fields."""
+def _layout(guard: Guard, handlers: KvHandlers) -> KvTab:
+    """The form, Run and Cancel, the message and progress lines, the live picture, a table result's step slider
+    and Play with the step's sentence, then the experiment's figure, what the lab reads from it and its fields."""
     gr.Markdown("Each experiment measures one reason paged KV wins, on the engines loaded above.")
     with gr.Row():
         choices = [(f"{name}: {text}", name) for name, text in EXPERIMENTS.items() if name not in OWN_TAB]
@@ -155,24 +225,45 @@ def _layout() -> KvTab:
         params = gr.Textbox("", label="Parameters", placeholder="users=4 output_len=24", elem_id="kv-params",
                             scale=1)
     hint = gr.Markdown(params_hint(DEFAULT_EXPERIMENT), elem_id="kv-params-hint")
-    run, cancel, message, progress = run_cancel_lines("kv", NO_EXPERIMENT)
+    run, cancel, message, progress = run_cancel_lines("kv", NO_EXPERIMENT, guard)
+    estimate = gr.Markdown(lambda: handlers.estimate(DEFAULT_EXPERIMENT, ""), elem_id="kv-estimate")
     live = gr.Plot(live_blocks_figure(None), label="KV blocks, live (vLLM's pool per request, or HF's slab while HF "
                    "runs)", elem_id="kv-live")
-    with gr.Row():
-        figure = gr.Plot(label="The experiment's figure", elem_id="kv-figure")
-        fields = gr.JSON(label="Measured (experiment.json without its series)", elem_id="kv-fields",
-                         max_height=450)
+    with gr.Row(equal_height=True):
+        step = gr.Slider(0, 1, value=0, step=1, label="Engine step (vLLM's block table after it)", visible=False,
+                         elem_id="kv-table-step", scale=6)
+        play = gr.Button("Play", visible=False, elem_id="kv-table-play", scale=0, min_width=90)
+    sentence = gr.Markdown(elem_id="kv-table-sentence")
+    figure = gr.Plot(label="The experiment's figure", elem_id="kv-figure")
+    answer = gr.Markdown(elem_id="kv-answer")
+    fields = gr.JSON(label="Measured (experiment.json without its series)", elem_id="kv-fields", max_height=450)
     return KvTab(experiment=experiment, params=params, hint=hint, run=run, cancel=cancel, message=message,
-                 live=live, result=[progress, figure, fields])
+                 live=live, result=[progress, figure, answer, fields], table=[step, play, sentence, figure],
+                 playing=gr.State(False), player=gr.Timer(PLAY_S, active=False), estimate=estimate)
 
 
 def _wire(handlers: KvHandlers, tab: KvTab, ticker: Ticker, guard: Guard) -> None:
     """Buttons and the dropdown; then a timer whose keys gate the live picture and the result."""
     tab.experiment.change(params_hint, [tab.experiment], [tab.hint], api_visibility="private", show_progress="hidden")
-    tab.run.click(guard(handlers.start, "Starting an experiment"), [tab.experiment, tab.params], [tab.message],
-                  api_name="start_experiment", show_progress="hidden")
+    for box in (tab.experiment, tab.params):
+        box.change(handlers.estimate, [tab.experiment, tab.params], [tab.estimate], queue=False,
+                   api_visibility="private", show_progress="hidden")
+    guard.started(tab.run.click(guard(handlers.start, "Starting an experiment"), [tab.experiment, tab.params],
+                                [tab.message], api_name="start_experiment", show_progress="hidden"))
     tab.cancel.click(guard(handlers.cancel, "Cancelling"), None, [tab.message], api_name="cancel_experiment",
         show_progress="hidden")
+    _wire_table(handlers, tab)
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
-              (handlers.result_key, handlers.result_view, tab.result)]
+              (handlers.result_key, handlers.result_view, tab.result),
+              (handlers.table_key, handlers.table_controls, tab.table)]
     ticker.add(groups)
+
+
+def _wire_table(handlers: KvHandlers, tab: KvTab) -> None:
+    """The step slider redraws the sentence and figure of its step (whoever moved it: a hand, Play or a new
+    result); Play starts and pauses the page's own timer, which moves the slider."""
+    step, play, sentence, figure = tab.table
+    quiet = {"api_visibility": "private", "show_progress": "hidden"}
+    step.change(handlers.table_at, [step], [sentence, figure], **quiet)
+    play.click(handlers.play, [tab.playing, step], [tab.playing, tab.player, play, step], **quiet)
+    tab.player.tick(handlers.advance, [tab.playing, step], [tab.playing, tab.player, play, step], **quiet)

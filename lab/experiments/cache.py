@@ -3,7 +3,8 @@
 Without the cache every new token recomputes the keys and values of the whole sequence so far, so a step costs
 more the longer the sequence; with it a step computes one token's keys and values and reads the rest. The
 experiment decodes one short prompt to several lengths both ways (greedy, exact lengths) and reports
-milliseconds per output token (measured). Then the memory side: bytes per token from the model's config, with
+milliseconds per output token (measured) and how many times it grew from the shortest decode to the
+longest (``growth``, measured). Then the memory side: bytes per token from the model's config, with
 grouped-query attention spelled out (computed), and the tokens vLLM's pool holds: the budget over the bytes per
 token (computed) beside vLLM's own block count times its block size (measured at start-up).
 """
@@ -53,6 +54,7 @@ async def run(session, params: Params, result, notify) -> None:
             result.series[mode].append((length, round(seconds * 1000, 2)))
             result.rows.append({"mode": mode, "output_tokens": length, "ms_per_token": round(seconds * 1000, 2)})
     result.fields.update(memory_fields(session), ms_per_token=result.series)
+    result.fields["growth"] = {mode: growth(result.fields, mode) for mode in result.series}
     notify(result)
 
 

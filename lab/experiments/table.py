@@ -50,6 +50,7 @@ async def run(session, params: Params, result, notify) -> None:
     result.message = f"starting an in-process vLLM with {POOL_BLOCKS} blocks of {BLOCK} (about 30 s on 2 cores)"
     notify(result)
     found = await block_tables(config, session.check.model_path, requests, params.users)
+    result.engine_args = {"vllm": found["engine_args"]}  # this experiment's own engine, not the session's
     result.series = {"steps": found["steps"]}
     result.fields.update(summarize(found), source=SOURCE)
     result.rows = [{"step": s["step"], "request": r, "blocks": " ".join(map(str, ids))}
@@ -58,27 +59,95 @@ async def run(session, params: Params, result, notify) -> None:
 
 
 def shared_prefix(requests: list, tokens: int) -> list:
-    """The requests with the first request's first ``tokens`` prompt tokens in front of each prompt."""
+    """The requests with the same ``tokens`` prompt tokens in front of each prompt: exactly that many, taken from
+    the prompts in turn."""
     from dataclasses import replace
+    from itertools import cycle, islice
 
-    head = requests[0].prompt_token_ids[:tokens] if tokens else ()
-    return [replace(r, prompt_token_ids=tuple(head) + r.prompt_token_ids) for r in requests]
+    head = tuple(islice(cycle(t for r in requests for t in r.prompt_token_ids), tokens))
+    return [replace(r, prompt_token_ids=head + tuple(r.prompt_token_ids)) for r in requests]
 
 
 def summarize(found: dict) -> dict:
     """What the ids show: the most requests at once, requests whose ids are not contiguous, blocks that served
-    requests one after the other (freed, then reused), blocks held by several at once (shared)."""
-    steps, owners = found["steps"], {}
-    for step in steps:
-        for request, ids in step["tables"].items():
-            for block in ids:
-                holders = owners.setdefault(block, [])
-                if request not in holders:
-                    holders.append(request)
-    shared = {int(b): n for s in steps for b, n in s["shared"].items()}
+    requests one after the other (freed, then reused), blocks held by several at once (shared: each block's most
+    holders at one step) and the most requests that held one block at once (``most_holders``, over every step)."""
+    steps = found["steps"]
+    owners, shared = holders_in_order(steps), most_refs(steps)
     final = {r: ids for s in steps for r, ids in s["tables"].items()}  # each request's last table
     scattered = {r: ids for r, ids in final.items() if any(b != a + 1 for a, b in zip(ids, ids[1:], strict=False))}
     return {"num_blocks": found["num_blocks"], "block_size": found["block_size"],
             "most_at_once": max((len(s["tables"]) for s in steps), default=0), "steps": len(steps),
             "tables": final, "non_contiguous": scattered,
-            "reused": {b: rs for b, rs in owners.items() if len(rs) > 1 and b not in shared}, "shared": shared}
+            "reused": {b: rs for b, rs in owners.items() if len(rs) > 1 and b not in shared}, "shared": shared,
+            "most_holders": most_holders(steps)}
+
+
+def refs_at(step: dict) -> dict[int, int]:
+    """Each block held after ``step`` -> its reference count (vLLM's, where above 1; 1 for a block one holds)."""
+    shared = {int(b): n for b, n in step["shared"].items()}
+    return {b: shared.get(b, 1) for ids in step["tables"].values() for b in ids}
+
+
+def most_refs(steps: list[dict]) -> dict[int, int]:
+    """Each block that was ever shared -> the most requests that held it at one step."""
+    most: dict[int, int] = {}
+    for step in steps:
+        for block, refs in step["shared"].items():
+            most[int(block)] = max(refs, most.get(int(block), 0))
+    return most
+
+
+def most_holders(steps: list[dict]) -> dict:
+    """The most requests that held one block at once, over every step: {"holders", "block", "step"} at the first
+    step it happened (holders 1 where no block was shared; an empty dict where no step held a block)."""
+    best: dict = {}
+    for step in steps:
+        for block, refs in refs_at(step).items():
+            if refs > best.get("holders", 0):
+                best = {"holders": refs, "block": block, "step": step["step"]}
+    return best
+
+
+def default_step(steps: list[dict]) -> int:
+    """The step a view opens at: the last where most requests held one block at once (by then blocks were freed
+    and reused), else the first where most blocks were held."""
+    most = most_holders(steps).get("holders", 0)
+    if most > 1:
+        return max(i for i, s in enumerate(steps) if max(refs_at(s).values(), default=0) == most)
+    return max(range(len(steps)), key=lambda i: len(refs_at(steps[i])), default=0)
+
+
+def step_view(steps: list[dict], step: int) -> dict:
+    """What vLLM's block table held after engine step ``step``, and what the steps before left on the free list.
+
+    Returns:
+        {"step", "tables": {request: [ids]}, "tokens": {request: tokens} or None (older results), "refs":
+        {block: holders}, "freed": ids held before and free now, "reused": ids held now that another request
+        held before, "free": vLLM's free blocks or None, "logical": {shared block: its logical indices}, "most":
+        the run's most_holders}.
+
+    Raises:
+        ValueError: a step the run does not have, naming the range.
+    """
+    if not 0 <= step < len(steps):
+        raise ValueError(f"step {step} is not one of this run's engine steps: choose 0 to {len(steps) - 1}")
+    now = steps[step]
+    refs, before = refs_at(now), holders_in_order(steps[:step])
+    holders = {b: {r for r, ids in now["tables"].items() if b in ids} for b in refs}
+    return {"step": now["step"], "tables": now["tables"], "tokens": now.get("tokens"), "refs": refs,
+            "freed": sorted(b for b in before if b not in refs),
+            "reused": sorted(b for b in refs if set(before.get(b, ())) - holders[b]), "free": now.get("free"),
+            "logical": {b: sorted({ids.index(b) for ids in now["tables"].values() if b in ids})
+                        for b, n in refs.items() if n > 1}, "most": most_holders(steps)}
+
+
+def holders_in_order(steps: list[dict]) -> dict[int, list[str]]:
+    """Each block held at any of ``steps`` -> the requests that held it, in the order they first did."""
+    held: dict[int, list[str]] = {}
+    for step in steps:
+        for request, ids in step["tables"].items():
+            for block in ids:
+                if request not in held.setdefault(block, []):
+                    held[block].append(request)
+    return held
