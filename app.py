@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -101,20 +102,34 @@ def announce(access, args: argparse.Namespace) -> None:
 
     if access.open:
         return
+    address = page_address(args)
     if access.made:
-        link = access.link(page_address(args))
-        print(f"Presenter's link (attendees open the page without the token): {link}", flush=True)
+        print(f"Presenter's link (attendees open the page without the token): {access.link(address)}", flush=True)
     else:
-        log.info("presenter: the token in %s (open the page with ?token=... or sign in at its top)", TOKEN_ENV)
+        log.info("presenter: the token in %s (open %s with ?token=... or sign in at its top)", TOKEN_ENV, address)
     if not access.endpoints_on:
         log.info("endpoints are off on this Space (set KVLAB_ENDPOINTS=1 to allow the presenter to connect them)")
 
 
 def page_address(args: argparse.Namespace) -> str:
-    """Where attendees open the page: the Space's own address on a Space (SPACE_HOST), else this host and port."""
+    """Where attendees open the page: the Space's own address on a Space (SPACE_HOST), else the address the app
+    serves (bound to every interface, this machine's address on its network) and its port."""
     if os.environ.get("SPACE_HOST"):
         return f"https://{os.environ['SPACE_HOST']}"
-    return f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    host = reachable_address() if args.host in ("0.0.0.0", "::", "") else args.host
+    return f"http://{f'[{host}]' if ':' in host else host}:{args.port}"
+
+
+def reachable_address() -> str:
+    """This machine's address as other machines reach it: the one its route out leaves from (a UDP socket's
+    connect picks the route and sends nothing), else its host name."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1 (RFC 5737): no such host; only the route is looked up
+            address = probe.getsockname()[0]
+        except OSError:
+            address = ""
+    return address if address and not address.startswith("127.") else socket.gethostname()
 
 
 def stop_now(host, code: int) -> None:

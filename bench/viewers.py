@@ -11,11 +11,15 @@ meters, over the run, the CPU seconds of the app's page process (what viewers co
 with vLLM's processes (what the run costs), per minute of wall time. While the run goes it opens --new-pages fresh
 sessions, one after another, and times each one's status line: from GET / to the answer of the event that first
 draws it (an unqueued load event; or the queued loads, the first tick and the redraw). Prints one row per viewer
-count and whether the top count's tok/s lies in the lowest count's repeat spread.
+count and whether the top count's tok/s lies in the lowest count's repeat spread. With --predict each count runs
+twice, the second time with the room's predictions: the bench opens them as the presenter (/open_predictions) and
+every simulated page sends one before the run (as its Predict button does), so the run takes them along and every
+page draws the room against the measured ratio at its end; the verdict then sets each count's tok/s with
+predictions against its spread without.
 
 Usage: python -m bench.viewers [--viewers 1,10,50] [--engines hf,vllm] [--users 1,4] [--output-len 32]
-       [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpus 1] [--out DIR] [engine options]
-       python -m bench.viewers --simulate URL --sessions N --report FILE   (the viewer process itself)
+       [--requests-per-user 2] [--repeats 3] [--watch-s 8] [--viewer-cpus 1] [--predict] [--out DIR] [engine options]
+       python -m bench.viewers --simulate URL --sessions N --report FILE [--predict]   (the viewer process itself)
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
+import random
 import secrets
 import signal
 import subprocess
@@ -64,6 +70,7 @@ class AppShape:
                 if event == "change" and d["backend_fn"]:
                     self.changes.setdefault(target, []).append(d)
         self.values = {c["id"]: c.get("props", {}).get("value") for c in config["components"]}  # as first drawn
+        self.predict = next((d for d in deps if d.get("api_name") == "predict"), None)  # the Predict button's event
         status = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == STATUS_ID)
         drawing = [d for d in self.direct_loads + self.ticks + [d for ds in self.changes.values() for d in ds]
                    if status in d["outputs"]]
@@ -78,17 +85,21 @@ class Session:
         self.hash = secrets.token_hex(6)
         self.interval = TICK_S  # as the page's timer has it
 
-    def body(self, dep: dict, trigger: int | None) -> dict:
-        data = [self.interval if i in self.shape.timers else self.shape.values.get(i) for i in dep["inputs"]]
+    def body(self, dep: dict, trigger: int | None, typed: dict | None = None) -> dict:
+        """An event's request: each input as first drawn, the timer's interval, or what the page ``typed``."""
+        typed = typed or {}
+        data = [self.interval if i in self.shape.timers else typed.get(i, self.shape.values.get(i))
+                for i in dep["inputs"]]
         return {"data": data, "event_data": None, "fn_index": dep["id"], "trigger_id": trigger,
                 "session_hash": self.hash}
 
-    async def queued(self, deps: list[dict]) -> tuple[list[int], set[int]]:
+    async def queued(self, deps: list[dict], typed: dict | None = None) -> tuple[list[int], set[int]]:
         """Join ``deps`` on the queue and read this session's stream until all are answered: the changed States,
         and the ids of the deps that drew the status line (its output not a skip)."""
         events = {}
         for dep in deps:
-            async with self.http.post(f"{self.url}{self.shape.prefix}/queue/join", json=self.body(dep, None)) as reply:
+            async with self.http.post(f"{self.url}{self.shape.prefix}/queue/join",
+                                      json=self.body(dep, None, typed)) as reply:
                 reply.raise_for_status()
                 events[(await reply.json()).get("event_id")] = dep["id"]
         changed, drew = [], set()
@@ -136,6 +147,13 @@ class Session:
             if reply.status == 200 and self.drew_status(dep["id"], body):
                 drew.add(dep["id"])
         return drew
+
+    async def predict(self) -> None:
+        """This page's one prediction, as its Predict button sends it: a ratio drawn log-uniformly from 0.5x to 20x
+        (the ratio box is the event's first input)."""
+        guess = round(math.exp(random.uniform(math.log(0.5), math.log(20))), 1)
+        await self.queued([self.shape.predict], {self.shape.predict["inputs"][0]: guess})
+        self.stats["predicted"] += 1
 
     async def tick(self) -> set[int]:
         """One timer tick of every timer, then the redraws it asked for; the id of the event that drew the status
@@ -197,13 +215,16 @@ async def new_page_status_s(http, url: str, shape: AppShape) -> float:
     return time.monotonic() - began
 
 
-async def simulate(url: str, sessions: int, report: Path) -> None:
-    """Hold ``sessions`` pages until SIGTERM; then write their counts to ``report``."""
-    stop, stats = asyncio.Event(), {"ticks": 0, "redraws": 0, "errors": 0, "sessions": sessions}
+async def simulate(url: str, sessions: int, report: Path, predict: bool = False) -> None:
+    """Hold ``sessions`` pages until SIGTERM (each sends one prediction first, with ``predict``); then write their
+    counts to ``report``."""
+    stop, stats = asyncio.Event(), {"ticks": 0, "redraws": 0, "errors": 0, "predicted": 0, "sessions": sessions}
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with client(60.0, 4 * sessions + 8) as http:
         shape = await app_shape(http, url)
         pages = [Session(http, url, shape, stats) for _ in range(sessions)]
+        if predict:
+            await asyncio.gather(*(page.predict() for page in pages))
         began = time.monotonic()
         await asyncio.gather(*(page.watch(stop) for page in pages))
     wall = max(1e-9, time.monotonic() - began)
@@ -225,13 +246,14 @@ def engines_cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def viewers(url: str, count: int, cpus: list[int], out: Path):
-    """Viewer processes holding ``count`` sessions between them, one on each of ``cpus``; yields the paths their
-    counts land in."""
+def viewers(url: str, count: int, cpus: list[int], out: Path, predict: bool = False):
+    """Viewer processes holding ``count`` sessions between them, one on each of ``cpus`` (each session predicting
+    once first, with ``predict``); yields the paths their counts land in."""
     shares = [share for i in range(len(cpus)) if (share := count // len(cpus) + (i < count % len(cpus)))]
-    reports = [out / f"viewers-{count}-{i}.json" for i in range(len(shares))]
+    reports = [out / f"viewers-{count}{'-predict' * predict}-{i}.json" for i in range(len(shares))]
     procs = [subprocess.Popen([sys.executable, "-m", "bench.viewers", "--simulate", url, "--sessions", str(share),
-                               "--report", str(report)], preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}))
+                               "--report", str(report), *(["--predict"] if predict else [])],
+                              preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}))
              for cpu, share, report in zip(cpus[:len(shares)], shares, reports, strict=True)]
     try:
         yield reports
@@ -249,7 +271,7 @@ def merged_counts(reports: list[Path], sessions: int) -> dict:
     if not found:
         return {}
     return {"sessions": sessions, "processes": f"{len(found)} of {len(reports)}",
-            **{key: sum(each[key] for each in found) for key in ("ticks", "redraws", "errors")},
+            **{key: sum(each.get(key, 0) for each in found) for key in ("ticks", "redraws", "errors", "predicted")},
             "ticks_per_s_per_page": sum(e["ticks_per_s_per_page"] * e["sessions"] for e in found) / sessions,
             "cpu_s_per_min": max(each["cpu_s_per_min"] for each in found)}
 
@@ -265,9 +287,12 @@ def timed_new_pages(url: str, count: int, found: list) -> None:
     asyncio.run(pages())
 
 
-def one_count(count: int, url: str, client, meters: dict, args) -> dict:
-    """The plan run once with ``count`` viewers watching: tok/s, CPU per minute, new pages' status seconds."""
-    with viewers(url, count, args.viewer_cpus, Path(args.out)) as reports:
+def one_count(count: int, url: str, client, meters: dict, args, predict: bool = False) -> dict:
+    """The plan run once with ``count`` viewers watching (with ``predict``, predictions opened and each viewer's
+    sent before the run): tok/s, CPU per minute, new pages' status seconds."""
+    if predict:
+        client.predict("ratio", api_name="/open_predictions")
+    with viewers(url, count, args.viewer_cpus, Path(args.out), predict) as reports:
         time.sleep(args.watch_s)
         cpu, began, opened = {name: meter() for name, meter in meters.items()}, time.monotonic(), []
         pager = threading.Thread(target=timed_new_pages, args=(url, args.new_pages, opened), daemon=True)
@@ -280,8 +305,16 @@ def one_count(count: int, url: str, client, meters: dict, args) -> dict:
     if summary.get("error"):
         raise RuntimeError(summary["error"])
     counts = merged_counts(reports, count)
-    return {"viewers": count, "wall_s": wall, "runs": summary["runs"], "new_page_s": opened, "counts": counts,
+    return {"viewers": count, "predict": predict, "wall_s": wall, "runs": summary["runs"], "new_page_s": opened,
+            "counts": counts, "predictions": stored_predictions(summary["run_id"]) if predict else None,
             **{f"{name}_cpu_s_per_min": 60 * used[name] / wall for name in used}}
+
+
+def stored_predictions(run_id: str) -> dict | None:
+    """The predictions the app stored with run ``run_id`` (app.py keeps its runs in the default database)."""
+    from lab.store import default_db_path, load_summary
+
+    return load_summary(default_db_path(), run_id).get("predictions")
 
 
 def measure(args) -> list[dict]:
@@ -294,9 +327,10 @@ def measure(args) -> list[dict]:
         host = host_pid(app_pid)
         meters = {"page": lambda: cpu_seconds(app_pid), "engines": lambda: engines_cpu_seconds(host)}
         for count in args.viewers:
-            found.append(one_count(count, url, client, meters, args))
-            (Path(args.out) / "viewers.json").write_text(json.dumps(found, indent=1))
-            print(row(found[-1]), flush=True)
+            for predict in (False, True) if args.predict else (False,):
+                found.append(one_count(count, url, client, meters, args, predict))
+                (Path(args.out) / "viewers.json").write_text(json.dumps(found, indent=1))
+                print(row(found[-1]), flush=True)
     return found
 
 
@@ -311,7 +345,8 @@ def row(item: dict) -> str:
     rates = "  ".join(f"{e}@{u} {s.mean:.1f} [{s.low:.1f}-{s.high:.1f}]" for (e, u), s in sorted(spreads.items()))
     pages = ",".join(f"{s:.1f}" for s in item["new_page_s"]) or "-"
     counts = item.get("counts", {})
-    return (f"{item['viewers']:>7}  {item['page_cpu_s_per_min']:>14.1f}  {item['engines_cpu_s_per_min']:>17.1f}  "
+    viewers = f"{item['viewers']}{'+p' if item.get('predict') else ''}"  # +p: every page predicted first
+    return (f"{viewers:>7}  {item['page_cpu_s_per_min']:>14.1f}  {item['engines_cpu_s_per_min']:>17.1f}  "
             f"{item['wall_s']:>6.1f}  {pages:>16}  {counts.get('ticks_per_s_per_page', 0):>9.2f}  "
             f"{counts.get('cpu_s_per_min', 0):>10.1f}  {rates}")
 
@@ -322,7 +357,27 @@ HEADER = ("viewers  page CPU s/min  engines CPU s/min  wall s  new page status s
 
 def verdict(found: list[dict]) -> str:
     """Whether every level's mean tok/s with the most viewers lies within the fewest viewers' repeat spread (a
-    count measured twice, as in 1,50,1, pools its blocks: the spread then holds the machine's drift between them)."""
+    count measured twice, as in 1,50,1, pools its blocks: the spread then holds the machine's drift between them);
+    with --predict, the blocks without predictions, then each count's with predictions against its own without."""
+    plain = [item for item in found if not item.get("predict")]
+    return "\n".join([watched_verdict(plain)] + [predict_verdict(found, count) for count in
+                                                 sorted({item["viewers"] for item in found if item.get("predict")})])
+
+
+def predict_verdict(found: list[dict], count: int) -> str:
+    """Each level's mean tok/s with ``count`` viewers that predicted against its spread with ``count`` that did not,
+    and how many predictions the run took along."""
+    base = tok_s_spreads(block_runs([i for i in found if not i.get("predict")], count))
+    top = tok_s_spreads(block_runs([i for i in found if i.get("predict")], count))
+    taken = [len((item.get("predictions") or {}).get("values", [])) for item in found
+             if item.get("predict") and item["viewers"] == count]
+    out = [f"{e}@{u}: {top[(e, u)].mean:.1f} with {count} predicting viewers vs [{s.low:.1f}-{s.high:.1f}] without: "
+           f"{placed(top[(e, u)].mean, s)}" for (e, u), s in sorted(base.items()) if (e, u) in top]
+    return "\n".join(out + [f"predictions the run took along: {', '.join(map(str, taken))}"])
+
+
+def watched_verdict(found: list[dict]) -> str:
+    """The fewest viewers against the most (verdict's first part)."""
     fewest, most = min(item["viewers"] for item in found), max(item["viewers"] for item in found)
     base, top = tok_s_spreads(block_runs(found, fewest)), tok_s_spreads(block_runs(found, most))
     out = [f"{e}@{u}: {top[(e, u)].mean:.1f} with {most} viewers vs [{s.low:.1f}-{s.high:.1f}] with {fewest}: "
@@ -358,6 +413,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--new-pages", type=int, default=3, help="fresh pages timed during each run")
     parser.add_argument("--viewer-cpus", type=int, default=1, help="viewer processes, one on each of the last this "
                         "many CPUs (one process's CPU bounds how many ticks it sends: ticks/s/pg says)")
+    parser.add_argument("--predict", action="store_true", help="run each count twice: without, then with the room's "
+                        "predictions (opened as the presenter; every viewer predicts once before the run)")
     parser.add_argument("--ready-timeout-s", type=float, default=600.0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--simulate", default=None, metavar="URL", help=argparse.SUPPRESS)
@@ -378,7 +435,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.simulate:
-        asyncio.run(simulate(args.simulate, args.sessions, Path(args.report)))
+        asyncio.run(simulate(args.simulate, args.sessions, Path(args.report), args.predict))
         return
     Path(args.out).mkdir(parents=True, exist_ok=True)
     print(f"app log and viewers.json in {args.out}\n{HEADER}", flush=True)

@@ -394,7 +394,7 @@ class LoadConfig:
         """Seconds per level: above 0 and at most MAX_LEVEL_S (an hour), the estimate named in the refusal."""
         if self.duration_s is None:
             return
-        limit = f"duration_s (seconds per level, --duration) must be above 0 and at most {MAX_LEVEL_S:g} (an hour)"
+        limit = f"Seconds per level must be above 0 and at most {MAX_LEVEL_S:g} (an hour)"
         if not self.duration_s > 0:
             raise ValueError(f"{limit}, not {self.duration_s:g}")
         if self.duration_s > MAX_LEVEL_S:

@@ -17,25 +17,36 @@ the plan's own seeded lengths and priced at a cost per engine fitted to the stor
 - a warm-up is a level of its own few short requests plus what stored warm-ups took beyond theirs (the reset
   after it); a pause, what stored runs took beyond their warm-ups, levels and settles, per level.
 
-Without a stored run of an engine, a built-in first guess stands in (measured once on a 2-core CPU,
-docs/results/cpu-estimates.md) and the text says so.
+Without a stored run of an engine, a built-in first guess stands in (measured once on a quiet 2-core CPU,
+docs/results/cpu-estimates.md), scaled to this machine by a probe timed when the engines start: a few decode steps
+of PROBE's requests on each engine (about a second in all on a 2-core CPU), read as a stored level is read (its time
+per prompt token, its decode time) and set against what the first guess prices that level at. Another CPU, or
+this one shared with other processes, is then priced at what it measured, not at the first guess's CPU; the text
+says which.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import heapq
 import itertools
+import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lab.config import LoadConfig, RunPlan, duration_words
 from lab.engines import registry
-from lab.load.workloads import WORKLOADS, mean_request, sample_specs
+from lab.engines.base import GenRequest
+from lab.load.driver import run_users
+from lab.load.workloads import WORKLOADS, RequestSpec, mean_request, passage_ids, sample_specs
+from lab.metrics import machine, summarize
 from lab.runs import SETTLE_S, level_seed, warmup_lengths
-from lab.store import list_summaries
+from lab.store import list_results, list_summaries
 
 HISTORY_RUNS = 50  # the newest stored runs of this model and device fitted (older ones describe an older lab)
 HISTORY_READ = 200  # the newest stored runs read to find them (other models' and devices' runs among them)
+HISTORY_TASKS = 5  # the newest stored experiments or sweeps of the same settings an estimate is the median of
 FIT_ROUNDS = 20  # reweighted least-squares rounds of the least-absolute-error fit (converged well before)
 # The sets of a step's cost drivers (0 steps, 1 KV tokens, 2 requests) a fit may use, fewer first. Where fits tie
 # (two stored levels fit any two drivers exactly) the earlier wins: steps and KV tokens, most of a step on a CPU.
@@ -104,6 +115,10 @@ FIRST_GUESS = {
 }
 FIRST_WARMUP_S = {"hf": -0.11, "vllm": -0.01}  # its warm-ups beyond their requests at its cost (below 0: short of)
 FIRST_GAP_S = 0.006
+# The start probe: 2 users, 96-token prompts, 16 output tokens each (exact lengths): a static batch and a continuous
+# one of two rows, so a step's fixed time and its per-request time both show. The first guess prices it at 0.76 s in
+# HF and 0.44 s in vLLM (a quarter to a third of it prefill): about a second, inside the issue's 2 s of engine time.
+PROBE = (2, 96, 16)
 
 
 @dataclass(frozen=True)
@@ -115,10 +130,15 @@ class History:
     warmups: dict[str, float] = field(default_factory=dict)
     gap_s: float | None = None
     runs: int = 0
+    probed: dict[str, Cost] = field(default_factory=dict)  # the first guess scaled by each engine's start probe
+    probe_s: float = 0.0  # the probes' seconds (measured)
+    probe_others: float | None = None  # where other processes disturbed a probe: the most cores they used (measured)
+    cores: int | None = None  # the machine's cores, as the probes read them
 
     def cost(self, engine: str) -> Cost:
-        """The engine's fitted cost, or the first guess (an endpoint with neither: vLLM's guess)."""
-        return self.costs.get(engine) or FIRST_GUESS.get(engine) or FIRST_GUESS["vllm"]
+        """The engine's fitted cost, else its first guess scaled by its probe, else the first guess (an endpoint
+        with none: vLLM's guess)."""
+        return self.costs.get(engine) or self.probed.get(engine) or _guess(engine)
 
     def warmup_extra(self, engine: str) -> float:
         """What the engine's warm-up takes beyond its requests (stored, else the first guess)."""
@@ -129,10 +149,70 @@ class History:
         return [engine for engine in engines if engine not in self.costs]
 
 
-def stored_history(db_path, model: str, device_name: str) -> History:
-    """The costs fitted to the database's stored runs of this model and device: what the page's estimate line and a
-    started run's estimate both read."""
-    return history(list_summaries(db_path, HISTORY_READ), model, device_name)
+def stored_history(db_path, model: str, device_name: str, probes: dict[str, dict] | None = None) -> History:
+    """The costs fitted to the database's stored runs of this model and device, the engines without one priced by
+    their start probe (``probes``: LabSession.probes): what the page's estimate line and a started run's estimate
+    both read."""
+    return calibrated(history(list_summaries(db_path, HISTORY_READ), model, device_name), probes or {})
+
+
+def _guess(engine: str) -> Cost:
+    return FIRST_GUESS.get(engine) or FIRST_GUESS["vllm"]
+
+
+# -- the start probe: the first guess priced on this machine ------------------------------------------------------
+def probe_requests(tokenizer) -> list[GenRequest]:
+    """PROBE's requests: each a different stretch of the built-in passage (no shared prefix to cache)."""
+    users, prompt, output = PROBE
+    source = passage_ids(tokenizer, prompt * (users + 1))
+    return [GenRequest(f"probe-{i}", tuple(source[i * prompt:(i + 1) * prompt]), output, True) for i in range(users)]
+
+
+async def probe(engine, tokenizer) -> dict | None:
+    """Time PROBE on a started engine (one short request first, so that no first-call cost lands in it), then
+    forget its cache and samples: the level's time to a first token, duration and time per output token, and what
+    other processes took meanwhile (lab.metrics.machine), measured; None when a request failed."""
+    await run_users(engine, iter([GenRequest("probe-warm", tuple(passage_ids(tokenizer, 8)[:8]), 2, True)]), 1)
+    before = machine.sample()
+    records = await run_users(engine, iter(probe_requests(tokenizer)), PROBE[0])
+    shared = machine.between(before, machine.sample())
+    await engine.reset()
+    engine.drain_samples()
+    found = summarize(records, engine.name, PROBE[0])
+    if found.completed != PROBE[0]:
+        return None
+    return {"ttft_s": found.ttft_s.mean, "duration_s": found.duration_s, "tpot_s": found.tpot_s.mean,
+            "machine": shared}
+
+
+def probe_shape(engine: str) -> LevelShape:
+    """PROBE's shape on ``engine``."""
+    users, prompt, output = PROBE
+    return level_shape([RequestSpec(prompt, output)] * users, users, _static(engine))
+
+
+def scaled_guess(engine: str, found: dict) -> Cost:
+    """The engine's first guess with its prefill price scaled by the probe's time per prompt token over the guess's,
+    and its step's prices by the probe's decode time over what the guess prices it at."""
+    guess, shape = _guess(engine), probe_shape(engine)
+    level = StoredLevel(shape, found["ttft_s"] / shape.wave, found["duration_s"], found["tpot_s"])
+    prefill = level.prefill_s / guess.prefill_s
+    decode = level.decode_s(level.prefill_s) / guess.decode(shape)
+    return Cost(guess.prefill_s * prefill, guess.step_s * decode, guess.kv_s * decode, guess.row_s * decode)
+
+
+def calibrated(past: History, probes: dict[str, dict]) -> History:
+    """``past`` with the engines it has no stored run of priced by their probe (the others keep their fit)."""
+    found = {engine: p for engine, p in probes.items() if p and engine not in past.costs}
+    busy = [p["machine"]["others_cores"] for p in found.values() if machine.disturbed(p.get("machine"))]
+    return replace(past, probed={engine: scaled_guess(engine, p) for engine, p in found.items()},
+                   probe_s=sum(p["duration_s"] for p in found.values()), probe_others=max(busy, default=None),
+                   cores=next((p["machine"]["cores"] for p in found.values() if p.get("machine")), None))
+
+
+def probes_of(health: dict[str, dict]) -> dict[str, dict]:
+    """The start probes in the host's health (lab.app.health: each engine's ``probe``)."""
+    return {name: h["probe"] for name, h in health.items() if h.get("probe")}
 
 
 def history(summaries: list[dict], model: str, device_name: str) -> History:
@@ -196,7 +276,8 @@ def stored_shape(summary: dict, row: dict) -> LevelShape | None:
         return None
     config = LoadConfig(users=(row["users"],), workload=summary["workload"], seed=load.get("seed", 0),
                         requests_per_user=load["requests_per_user"], output_len=load.get("output_len"))
-    batch = summary.get("engine_args", {}).get(row["engine"], {}).get("max_batch_size")
+    args = summary.get("engine_args", {}).get(row["engine"], {})
+    batch = args.get("max_batch_size") if _static(row["engine"]) else args.get("max_num_seqs")
     shape = level_shape(planned_specs(config, row["users"]), row["users"], _static(row["engine"]), batch)
     return shape if shape.steps else None
 
@@ -298,16 +379,17 @@ def planned_outputs(load: LoadConfig, users: int) -> list[int]:
 def level_shape(specs: list, users: int, static: bool, batch: int | None = None) -> LevelShape:
     """A level's prompt tokens prefilled, the prompt tokens one first token waits for, its slowest chain of decode
     steps, and the requests run and KV tokens attended over those steps: a static batch of min(users, batch) pads
-    its prompts to the longest and runs every row until its longest request; continuous batching prefills each
-    prompt and runs each request for its own tokens."""
+    its prompts to the longest and runs every row until its longest request; continuous batching of min(users,
+    batch) at once (``batch``: HF's max batch size, vLLM's max_num_seqs) prefills each prompt and runs each request
+    for its own tokens."""
+    width = min(users, batch or users)
     if static:
-        width = min(users, batch or users)
         return _sum_shapes([_batch_shape(specs[i:i + width]) for i in range(0, len(specs), width)])
     outputs = [spec.output_len for spec in specs]
     prompts = [spec.prompt_len for spec in specs]
-    wave = sum(prompts) / len(prompts) * min(users, len(prompts)) if prompts else 0.0
+    wave = sum(prompts) / len(prompts) * min(width, len(prompts)) if prompts else 0.0
     kv = sum(_attended(spec.prompt_len, spec.output_len) for spec in specs)
-    return LevelShape(sum(prompts), wave, critical_path(outputs, users, False)[1], kv, sum(outputs))
+    return LevelShape(sum(prompts), wave, critical_path(outputs, width, False)[1], kv, sum(outputs))
 
 
 def _batch_shape(chunk: list) -> LevelShape:
@@ -346,10 +428,11 @@ def critical_path(outputs: list[int], users: int, static: bool, batch: int | Non
 def level_seconds(plan: RunPlan, engine: str, users: int, cost: Cost) -> float:
     """One level of one engine at its cost (a level bounded by time: its duration plus the tail of one longest
     request among ``users`` mean ones; open loop: at least its arrivals' span)."""
-    load, batch = plan.load, plan.engine.hf_max_batch_size
+    load, static = plan.load, _static(engine)
+    batch = plan.engine.hf_max_batch_size if static else plan.engine.max_num_seqs
     if load.duration_s:
         return load.duration_s + _tail_seconds(load, users, cost)
-    busy = cost.seconds(level_shape(planned_specs(load, users), users, _static(engine), batch))
+    busy = cost.seconds(level_shape(planned_specs(load, users), users, static, batch))
     return max(busy, users * load.requests_per_user / load.rate) if load.rate else busy
 
 
@@ -391,11 +474,121 @@ def warmup_seconds(plan: RunPlan, engine: str, past: History) -> float:
 def estimate_text(plan: RunPlan, past: History, device_name: str, restarts: dict[str, float] | None = None) -> str:
     """One line for the page under the form: the estimate and what it was computed from (``past``: history())."""
     estimate = estimate_run(plan, past, restarts)
-    restart = f", restarting {', '.join(restarts)} first" if restarts else ""
+    restart = f", restarting {_names(restarts)} first" if restarts else ""
     if estimate.guessed:
-        source = (f"{FIRST_GUESS_NOTE} for {', '.join(estimate.guessed)}: no finished run of "
+        source = (f"{_guess_words(estimate.guessed, past)} for {_names(estimate.guessed)}: no finished run of "
                   f"{'it' if len(estimate.guessed) == 1 else 'them'} is stored for {device_name} yet")
     else:
         source = f"the {estimate.runs} stored run{'s' if estimate.runs != 1 else ''} of {device_name}"
     return (f"Estimated time: about {duration_words(estimate.seconds)}{restart} (computed from {source}; "
             "warm-up and pauses included).")
+
+
+def _names(engines) -> str:
+    """Engines as the page names them: 'HF and vLLM'."""
+    labels = [registry.label(engine) for engine in engines]
+    return ", ".join(labels[:-1]) + f" and {labels[-1]}" if len(labels) > 1 else labels[0]
+
+
+def _guess_words(guessed: tuple[str, ...], past: History) -> str:
+    """Where a guessed engine's prices came from: the first guess, scaled by the start probe where one ran."""
+    probed = [engine for engine in guessed if engine in past.probed]
+    if not probed:
+        return FIRST_GUESS_NOTE
+    said = f"{FIRST_GUESS_NOTE}, scaled by a {past.probe_s:.1f} s probe of {_names(probed)} measured at start here"
+    if past.probe_others is not None:
+        said += (f" while other processes used up to {past.probe_others:.2f} of the {past.cores} cores (measured: "
+                 "the estimate holds while they keep that up)")
+    return said + ","
+
+
+# -- experiments and sweeps: what the same settings took here before; a sweep without one, computed -------------
+def task_seconds(data: dict) -> float | None:
+    """A stored experiment's or sweep's seconds from its start to its end (to the second; None without an end)."""
+    if not data.get("ended_at"):
+        return None
+    return (dt.datetime.fromisoformat(data["ended_at"]) - dt.datetime.fromisoformat(data["started_at"])).total_seconds()
+
+
+def _device_name(data: dict) -> str | None:
+    device = data.get("device")  # the memory experiment's fields hold its device's name in ``device``
+    return device if isinstance(device, str) else (device or {}).get("name")
+
+
+def settings_seconds(found: list[dict], settings: dict, model: str, device_name: str) -> list[float]:
+    """The seconds of the finished (ok) stored tasks of ``found`` (newest first) of this model and device whose
+    ``settings`` (their stored keys and values) are the same."""
+    plain = json.loads(json.dumps(settings, default=str))  # as stored: tuples are lists
+    return [seconds for data in found
+            if data.get("status") == "ok" and data.get("model") == model and _device_name(data) == device_name
+            and all(data.get(key) == value for key, value in plain.items()) and (seconds := task_seconds(data))]
+
+
+def stored_task_text(found: list[dict], settings: dict, model: str, device_name: str, what: str) -> str | None:
+    """'Estimated time: about 3 min (the median of the 2 stored ladders with these settings on ..., measured: ...)';
+    None when none is stored."""
+    seconds = settings_seconds(found, settings, model, device_name)[:HISTORY_TASKS]
+    if not seconds:
+        return None
+    said = (f"the median of the {len(seconds)} stored {what} with these settings on {device_name}, measured: "
+            f"{duration_words(min(seconds))} to {duration_words(max(seconds))}") if len(seconds) > 1 else (
+        f"the stored {what.removesuffix('s')} with these settings on {device_name} took that, measured")
+    return f"Estimated time: about {duration_words(statistics.median(seconds))} ({said})."
+
+
+def experiment_estimate(db_path, name: str, params, model: str, device_name: str) -> str:
+    """The line before an experiment's Run (the Why tab's ladder, a KV-cache experiment): what the stored ones
+    with the same parameters took here, or that none is stored yet (with the last one of other parameters)."""
+    found = list_results(db_path, "experiment", name)
+    what = "ladders" if name == "why" else f"{name} experiments"
+    settings = {"params": dataclasses.asdict(params)}
+    return stored_task_text(found, settings, model, device_name, what) or _unstored(found, model, device_name, what)
+
+
+def experiment_line(host, name: str, params_of) -> str:
+    """experiment_estimate for a tab's form over a Host (lab.app.seam): ``params_of()`` builds the Params; '' while
+    it raises ValueError (the message line under Run says why when Run is pressed)."""
+    try:
+        params = params_of()
+    except ValueError:
+        return ""
+    return experiment_estimate(host.db_path, name, params, host.check.model, host.check.memory.device.name)
+
+
+def _unstored(found: list[dict], model: str, device_name: str, what: str) -> str:
+    others = settings_seconds(found, {}, model, device_name)
+    last = (f" The last one here, with other settings, took {duration_words(others[0])} (measured)." if others
+            else "")
+    return (f"No estimate yet: none of the {what} with these settings has finished on {device_name}; this one's "
+            f"time is stored for the next.{last}")
+
+
+def sweep_estimate(db_path, plan, config, past: History, start_s: float | None, model: str, device_name: str) -> str:
+    """The line before a sweep's Run: what stored sweeps of the same knob, values and load took here; without one,
+    computed: a restart of the engine per value (and one to restore the session's setting) at its last start,
+    measured, and each value's load run priced as the Load test's estimate (``past``). Raises ValueError on a bad
+    value (lab.sweeps.SweepPlan.configs)."""
+    settings = {"knob": plan.knob, "values": list(plan.values), "load": dataclasses.asdict(plan.load)}
+    what = f"sweeps of {plan.knob}"
+    stored = stored_task_text(list_results(db_path, "sweep", plan.knob), settings, model, device_name, what)
+    if stored:
+        return stored
+    configs = plan.configs(config)
+    restarts, label = len(configs) + (configs[-1] != config), registry.label(plan.engine)
+    runs = sum(estimate_run(RunPlan(engines=(plan.engine,), load=plan.load, engine=c), past).seconds for c in configs)
+    loads = ("each value's load priced as the Load test's estimate is, its batch cap counted; what else the knob "
+             "does to a step's speed is not")
+    if not start_s:
+        return (f"Estimated time: about {duration_words(runs)} (computed: {loads}; its {restarts} restarts of {label} "
+                "are not counted: no start of it is measured yet).")
+    return (f"Estimated time: about {duration_words(restarts * start_s + runs)} (computed: {restarts} restarts of "
+            f"{label} at {start_s:.0f} s each, its last start here (measured), and {loads}).")
+
+
+def sweep_line(host, plan) -> str:
+    """sweep_estimate for the Sweeps tab's form over a Host (lab.app.seam): the engine's last start and the start
+    probes from its health. Raises ValueError on a bad value."""
+    health, device = host.health(), host.check.memory.device.name
+    past = stored_history(host.db_path, host.check.model, device, probes_of(health))
+    start_s = (health.get(plan.engine) or {}).get("last_start_s")
+    return sweep_estimate(host.db_path, plan, host.config, past, start_s, host.check.model, device)

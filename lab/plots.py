@@ -89,7 +89,11 @@ def empty_figure(title: str, words: str) -> go.Figure:
 
 def has_points(fig: go.Figure) -> bool:
     """Whether any trace has a value to draw (a trace of no values, or only None, draws bare axes)."""
-    return any(v is not None for trace in fig.data for v in _values(trace))
+    return any(trace_has_points(trace) for trace in fig.data)
+
+
+def trace_has_points(trace) -> bool:
+    return any(v is not None for v in _values(trace))
 
 
 def _values(trace) -> list:
@@ -120,11 +124,17 @@ def throughput_figure(result: RunResult) -> go.Figure:
 def step_line(xs: Sequence[float], ys: Sequence, **style) -> go.Scatter:
     """A step line over per-sample values (one per engine step), thinned to MAX_POINTS: each kept point
     holds the highest value of the samples it stands for, so no peak is lost."""
-    if len(xs) > MAX_POINTS:
-        size = -(-len(xs) // MAX_POINTS)
-        xs = xs[::size]
-        ys = [max((v for v in ys[i:i + size] if v is not None), default=None) for i in range(0, len(ys), size)]
+    xs, ys = thinned(xs, ys)
     return go.Scatter(x=xs, y=ys, mode="lines", line_shape="hv", **style)
+
+
+def thinned(xs: Sequence[float], ys: Sequence) -> tuple[Sequence[float], Sequence]:
+    """At most MAX_POINTS of a line's points: every k-th x, with the highest y of the k samples it stands for."""
+    if len(xs) <= MAX_POINTS:
+        return xs, ys
+    size = -(-len(xs) // MAX_POINTS)
+    return xs[::size], [max((v for v in ys[i:i + size] if v is not None), default=None)
+                        for i in range(0, len(ys), size)]
 
 
 def run_span_s(result: RunResult) -> float | None:

@@ -1,8 +1,9 @@
 """``python -m lab report DIR_OR_ID --out report.html``: a stored result as one HTML file to hand out.
 
-A run, an experiment (the why ladder is one) or a sweep. A folder is read as the CLI wrote it (``FOLDER_FILES``:
-bench's summary.json and requests.csv, experiment's experiment.json, explain's explain.json, sweep's sweep.json);
-anything else is an id in the lab's database, of any kind. lab.plots_report draws the page its kind has.
+A run, an experiment (the why ladder is one), a sweep or a capacity search. A folder is read as the CLI wrote it
+(``FOLDER_FILES``: bench's summary.json and requests.csv, experiment's experiment.json, explain's explain.json,
+sweep's sweep.json, capacity's capacity.json); anything else is an id in the lab's database, of any kind.
+lab.plots_report draws the page its kind has (lab.report_html its tables and prose).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def read_requests(path: Path) -> pd.DataFrame:
 
 
 def write_report(source: str, out: str | Path, db_path: str | Path | None = None) -> Path:
-    """Write the report of a run, experiment or sweep to ``out``; returns its path."""
+    """Write the report of a run, experiment, sweep or capacity search to ``out``; returns its path."""
     from lab.plots_report import report_page
 
     kind, data, requests = result_files(source, db_path)

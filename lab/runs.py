@@ -29,6 +29,7 @@ from lab.load.workloads import make_requests
 from lab.metrics import (
     LevelSummary,
     e2e_s,
+    machine,
     queue_s,
     ratio_key,
     ratio_pairs,
@@ -71,6 +72,7 @@ class LevelResult:
     tok_s_series: list[tuple] | None = None  # lab.metrics.throughput_series, kept once the level has ended
     steps: dict | None = None  # lab.metrics.steps.level_steps, once the level has ended
     slo: tuple = ()  # the plan's latency targets (goodput)
+    machine: dict | None = None  # lab.metrics.machine.between over the level: other processes' CPU, steal (measured)
     # held_series rows that no longer change and the first sample whose row may: one attribute, so that two
     # pages redrawing at once see a consistent pair
     _live: tuple[list, int] = field(default_factory=lambda: ([], 0), repr=False)
@@ -349,6 +351,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         _notify(observers, "on_update", result)
 
     requests = level_requests(tokenizer, plan, users, repeat)
+    before = machine.sample()
     if load.rate is None:
         driver = asyncio.ensure_future(run_users(engine, requests, users, load.duration_s, on_record,
                                                  level.sent.append, load.think_s))
@@ -366,6 +369,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
         level.samples.extend(engine.drain_samples())
+        level.machine = machine.between(before, machine.sample())
     fault = level.error or engine.fault()
     level.finish(info, RunStatus.FAILED if fault else RunStatus.OK, fault or "")
     _notify(observers, "on_update", result)
@@ -414,6 +418,8 @@ def summary_dict(result: RunResult) -> dict:
             entry["goodput_req_s"], entry["slo_met"] = s.goodput_req_s, s.slo_met
         if level.kv:
             entry["kv"] = level.kv
+        if level.machine:
+            entry["machine"] = level.machine
         entry["steps"] = level.steps
         runs.append(entry)
     plan = result.plan

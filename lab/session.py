@@ -138,6 +138,7 @@ class LabSession:
         self.tokenizer = None
         self.agreement: AgreementReport | None = None
         self.start_s: dict[str, float] = {}  # how long each engine's last start took
+        self.probes: dict[str, dict] = {}  # each engine's start probe (lab.estimate.probe), measured
 
     async def start(self, on_status: Callable[[str], None] | None = None) -> None:
         """Load the tokenizer and start every engine, reporting the start of each step to ``on_status``.
@@ -164,6 +165,20 @@ class LabSession:
             await self.check_agreement()
             for line in self.agreement.verdicts():
                 (log.warning if self.agreement.ok is False else log.info)("%s", line)
+
+    async def probe_engines(self) -> dict[str, dict]:
+        """Time lab.estimate's short probe on each started engine that has a first guess (about a second in all on
+        a 2-core CPU): what the page's first estimate on a machine with no stored run is scaled by. A probe that
+        fails is logged and left out (the estimate then says it is the unscaled first guess)."""
+        from lab.estimate import FIRST_GUESS, probe
+
+        for name in (n for n in self.engines if n in FIRST_GUESS):
+            try:
+                if found := await probe(self.engines[name], self.tokenizer):
+                    self.probes[name] = found
+            except Exception:
+                log.exception("the start probe of %s failed", name)
+        return self.probes
 
     async def check_agreement(self) -> AgreementReport:
         """Decode the agreement prompts on every engine and compare each engine's answers with HF's.

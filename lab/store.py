@@ -62,10 +62,12 @@ def _move_old_tables(conn: sqlite3.Connection) -> None:
                 conn.execute(f"drop table {table}")
 
 
-def save(db_path: str | Path, result: TaskResult) -> None:
-    """Insert or update a run, experiment or sweep (partial or final): its JSON, and a run's requests.csv."""
+def save(db_path: str | Path, result: TaskResult, extra: dict | None = None) -> None:
+    """Insert or update a run, experiment or sweep (partial or final): its JSON (with ``extra``'s keys, e.g. the
+    room's ``predictions``), and a run's requests.csv."""
+    data = result.to_dict() | (extra or {})
     row = (result.id, result.KIND, result.name(), result.started_at, result.status, result.model,
-           result.device.get("name", result.device.get("kind", "?")), json.dumps(result.to_dict(), default=str),
+           result.device.get("name", result.device.get("kind", "?")), json.dumps(data, default=str),
            requests_csv_text(result) if isinstance(result, RunResult) else None)
     with closing(connect(db_path)) as conn, conn:
         conn.execute("insert or replace into results values (?,?,?,?,?,?,?,?,?)", row)
@@ -86,8 +88,7 @@ def run_row(s: dict) -> dict:
     ratio at the top user level it measured (a cancelled run's last measured level), its status, and the details
     (id, device, model, lengths, the estimate it was given and its measured time). Engine args stay in the
     compare view."""
-    rows = measured_rows(s["runs"])
-    top = max((row["users"] for row in rows), default=max(s["users"]))
+    top, rows = top_level(s)
     tok = {engine: found.mean for (engine, users), found in tok_s_spreads(rows).items() if users == top}
     ratio = ratios_by_users(rows).get(top)
     load = s.get("load", {})
@@ -103,6 +104,13 @@ def run_row(s: dict) -> dict:
         "repeats": load.get("repeats", 1), "rate": load.get("rate") or "closed loop",
     }
     return row | estimate_columns(s)
+
+
+def top_level(s: dict) -> tuple[int, list[dict]]:
+    """The top user level a run measured (a cancelled run's last measured level; the plan's top when none) and the
+    measured rows: where the Results table and the room's predictions read a run's headline."""
+    rows = measured_rows(s["runs"])
+    return max((row["users"] for row in rows), default=max(s["users"])), rows
 
 
 def measured_rows(runs: list[dict]) -> list[dict]:

@@ -331,7 +331,7 @@ def test_seconds_per_level_are_bounded_by_an_hour_with_the_runs_length():
     LoadConfig(requests_per_user=None, duration_s=MAX_LEVEL_S)
     with pytest.raises(ValueError, match=r"at most 3600 \(an hour\), not 100000 \(about 111 h 6 min per engine\)"):
         LoadConfig(requests_per_user=None, duration_s=100000)  # 4 default levels
-    with pytest.raises(ValueError, match=r"duration_s .* not -3$"):
+    with pytest.raises(ValueError, match=r"Seconds per level .* not -3$"):
         LoadConfig(requests_per_user=None, duration_s=-3)
 
 

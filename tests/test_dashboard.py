@@ -28,11 +28,12 @@ def no_settle(monkeypatch):
 
 
 def form(engines=("hf", "vllm"), users="1,5", workload="mixed", output_len=0, bound=BOUND_REQUESTS,
-         amount=2, max_model_len=2048, repeats=1):
+         amount=2, max_model_len=2048, repeats=1, rate=0):
     """plan_from_inputs with the form's usual values, some changed."""
     config = EngineConfig(max_model_len=max_model_len)
     return plan_from_inputs(config, engines=None if engines is None else list(engines), users=users,
-                            workload=workload, output_len=output_len, bound=bound, amount=amount, repeats=repeats)
+                            workload=workload, output_len=output_len, bound=bound, amount=amount, repeats=repeats,
+                            rate=rate)
 
 
 def test_valid_inputs_make_a_plan():
@@ -56,14 +57,16 @@ def test_valid_inputs_make_a_plan():
     (dict(amount=None, bound=BOUND_SECONDS), ["Seconds per level"]),
     (dict(amount=0), ["Requests per user", "0"]),
     (dict(amount=0.5), ["Requests per user", "whole number", "0.5"]),
-    (dict(amount=0, bound=BOUND_SECONDS), ["duration_s", "0"]),
+    (dict(amount=0, bound=BOUND_SECONDS), ["Seconds per level", "0"]),
     (dict(repeats=1.5), ["Repeats", "whole number", "1.5"]),
     (dict(repeats=0), ["Repeats", "1 to 10", "0"]),
     (dict(repeats=11), ["Repeats", "1 to 10", "11"]),
     (dict(repeats=None), ["Repeats", "nothing"]),
     (dict(output_len=None), ["Output length", "nothing"]),
     (dict(output_len=1.5), ["Output length", "whole number", "1.5"]),
-    (dict(amount=100000, bound=BOUND_SECONDS), ["duration_s", "3600", "an hour", "55 h 33 min"]),
+    (dict(amount=100000, bound=BOUND_SECONDS), ["Seconds per level", "3600", "an hour", "55 h 33 min"]),
+    (dict(rate=-3), ["Open loop: requests/s (0 = closed loop)", "give 0 for a closed loop", "-3"]),
+    (dict(rate=20000), ["Open loop", "at most 10000", "20000"]),
 ])
 def test_bad_inputs_say_what_is_wrong(changes, named):
     with pytest.raises(ValueError) as error:
@@ -86,7 +89,7 @@ def test_progress_text_through_a_run(char_tokenizer):
 
     asyncio.run(execute(result.plan, engines, char_tokenizer, result, [Listener()]))
     assert f"Running {result.id}: warming up hf" in lines
-    assert any("**vllm** at **2** users, 3/4 requests done in this level" in line for line in lines)
+    assert any("**vLLM** at **2** users, 3/4 requests done in this level" in line for line in lines)
     assert progress_text(result) == f"Run {result.id} done: 12 requests finished."
 
 
@@ -145,8 +148,8 @@ def test_environment_markdown():
             in text)
     assert "**Model:** SmolLM2-135M-Instruct — 256 MiB of weights at `/models/smol`" in text
     assert "**Versions:** python 3.12.1, torch 2.5.1, vllm 0.8.0" in text
-    assert "**hf** (alive, last start 4 s): sdpa; holds 256 MiB of weights" in text
-    assert ("**vllm** (dead: vLLM's engine process exited (signal 9, SIGKILL), last start 27 s): FlashAttention; "
+    assert "**HF** (alive, last start 4 s): sdpa; holds 256 MiB of weights" in text
+    assert ("**vLLM** (dead: vLLM's engine process exited (signal 9, SIGKILL), last start 27 s): FlashAttention; "
             "holds ? of KV-cache budget; KV at start-up: 1000 blocks x 16 tokens (16,000 token slots)" in text)
 
 
@@ -212,7 +215,7 @@ def test_a_room_of_pages_reads_and_fits_the_stored_runs_once_per_host_version(mo
 
     reads = []
     monkeypatch.setattr(estimate, "list_summaries", lambda db_path, limit: reads.append(db_path) or [])
-    host = SimpleNamespace(version=1, db_path="db", check=SimpleNamespace(
+    host = SimpleNamespace(version=1, db_path="db", health=lambda: {}, check=SimpleNamespace(
         model="m", memory=SimpleNamespace(device=SimpleNamespace(name="cpu-x"))))
     handlers = ui.Handlers(host)
     first = handlers.past()

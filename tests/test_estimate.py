@@ -6,13 +6,18 @@ from dataclasses import astuple
 import pytest
 
 from lab import estimate as estimate_module
-from lab.config import LoadConfig, RunPlan
+from lab.config import LoadConfig, RunPlan, duration_words
 from lab.estimate import (
+    FIRST_GAP_S,
+    FIRST_GUESS,
     FIRST_GUESS_NOTE,
+    FIRST_WARMUP_S,
     HISTORY_RUNS,
+    PROBE,
     Cost,
     LevelShape,
     StoredLevel,
+    calibrated,
     critical_path,
     estimate_run,
     estimate_text,
@@ -22,6 +27,10 @@ from lab.estimate import (
     level_seconds,
     level_shape,
     planned_specs,
+    probe,
+    probe_requests,
+    probe_shape,
+    probes_of,
     settle_count,
     stored_history,
     warmup_level,
@@ -144,7 +153,115 @@ def test_no_price_is_fitted_below_zero():
 def test_a_fresh_install_gets_the_first_guess_and_says_so():
     text = estimate_text(PLAN, history([], "m", "cpu-x"), "cpu-x")
     assert text.startswith("Estimated time: about ") and FIRST_GUESS_NOTE in text
-    assert "for hf, vllm: no finished run of them is stored for cpu-x yet" in text
+    assert "for HF and vLLM: no finished run of them is stored for cpu-x yet" in text and "probe" not in text
     stored = estimate_text(PLAN, history([summary()], "m", "cpu-x"), "cpu-x", restarts={"vllm": 30.0})
-    assert stored == ("Estimated time: about 50 s, restarting vllm first (computed from the 1 stored run of "
+    assert stored == ("Estimated time: about 50 s, restarting vLLM first (computed from the 1 stored run of "
                       "cpu-x; warm-up and pauses included).")
+
+
+def probed(engine, prefill=1.0, decode=1.0):
+    """What the start probe measures on a machine whose prefill and decode take ``prefill`` and ``decode`` times
+    the first guess's."""
+    cost, shape = FIRST_GUESS[engine], probe_shape(engine)
+    return {"ttft_s": prefill * cost.prefill_s * shape.wave, "tpot_s": 0.0,
+            "duration_s": prefill * cost.prefill_s * shape.prefill + decode * cost.decode(shape)}
+
+
+def test_the_first_guess_is_priced_on_this_machine_by_its_start_probe():
+    """The issue's case: the Workshop demo guessed ~1 min 7 s from another CPU's figures and took 144 s."""
+    from lab.config import EngineConfig
+    from lab.presets import workshop_demo
+
+    demo = workshop_demo(EngineConfig(device="cpu")).plan(EngineConfig(device="cpu"))
+    guessed = estimate_run(demo, history([], "m", "cpu-x")).seconds
+    twice = calibrated(history([], "m", "cpu-x"), {"hf": probed("hf", 2, 2), "vllm": probed("vllm", 2, 2)})
+    for engine in ("hf", "vllm"):
+        assert astuple(twice.cost(engine)) == pytest.approx(tuple(2 * x for x in astuple(FIRST_GUESS[engine])))
+    order = ["hf", "vllm"] * 8  # 2 levels x 4 repeats; settles, pauses and warm-ups' extras are not scaled
+    fixed = settle_count(order) * SETTLE_S + len(order) * FIRST_GAP_S + sum(FIRST_WARMUP_S.values())
+    assert estimate_run(demo, twice).seconds - fixed == pytest.approx(2 * (guessed - fixed))
+    apart = calibrated(history([], "m", "cpu-x"), {"hf": probed("hf", prefill=1, decode=3)}).cost("hf")
+    assert apart.prefill_s == pytest.approx(FIRST_GUESS["hf"].prefill_s)
+    assert apart.step_s == pytest.approx(3 * FIRST_GUESS["hf"].step_s)
+
+
+def test_a_stored_run_outranks_the_probe_and_the_text_says_which_priced_what():
+    probes = {"hf": probed("hf", 2, 2), "vllm": probed("vllm", 2, 2)}
+    stored = calibrated(history([summary()], "m", "cpu-x"), probes)
+    assert stored.probed == {} and stored.cost("hf") == history([summary()], "m", "cpu-x").cost("hf")
+    text = estimate_text(PLAN, calibrated(history([], "m", "cpu-x"), probes), "cpu-x")
+    seconds = probes["hf"]["duration_s"] + probes["vllm"]["duration_s"]
+    assert (f"{FIRST_GUESS_NOTE}, scaled by a {seconds:.1f} s probe of HF and vLLM measured at start here, for HF and "
+            "vLLM: no finished run of them is stored for cpu-x yet") in text
+    assert probes_of({"hf": {"probe": probes["hf"]}, "vllm": {"probe": None}}) == {"hf": probes["hf"]}
+    shared = {"others_cores": 1.5, "steal_cores": 0.0, "lab_cores": 0.5, "cores": 2, "seconds": 4.0}
+    busy = calibrated(history([], "m", "cpu-x"), {"hf": probes["hf"] | {"machine": shared}, "vllm": probes["vllm"]})
+    assert ("measured at start here while other processes used up to 1.50 of the 2 cores (measured: the estimate "
+            "holds while they keep that up), for HF and vLLM") in estimate_text(PLAN, busy, "cpu-x")
+    assert "other processes" not in text  # a quiet probe's estimate says nothing of them
+
+
+def test_the_probe_times_its_few_requests_on_an_engine(char_tokenizer):
+    import asyncio
+
+    from lab.engines.fake import FakeEngine
+
+    requests = probe_requests(char_tokenizer)
+    users, prompt, output = PROBE
+    assert len(requests) == users and {len(r.prompt_token_ids) for r in requests} == {prompt}
+    assert len({r.prompt_token_ids for r in requests}) == users and all(r.max_tokens == output for r in requests)
+
+    async def timed():
+        engine = FakeEngine("vllm")
+        await engine.start()
+        return await probe(engine, char_tokenizer)
+
+    found = asyncio.run(timed())
+    assert set(found) == {"ttft_s", "duration_s", "tpot_s", "machine"} and found["duration_s"] >= found["ttft_s"] > 0
+
+
+def ladder(started, ended, preset="spread", status="ok", device="cpu-x"):
+    """A stored Why ladder (experiment.json's keys the estimate reads)."""
+    from dataclasses import asdict
+
+    from lab.experiments.why import Params
+    return {"experiment": "why", "started_at": started, "ended_at": ended, "status": status, "model": "m",
+            "device": {"name": device}, "params": asdict(Params(preset=preset, repeats=3))}
+
+
+def test_an_experiment_is_estimated_from_the_stored_ones_of_its_settings(monkeypatch):
+    from lab.estimate import experiment_estimate
+    from lab.experiments.why import Params
+
+    stored = [ladder("2026-11-29T10:00:00", "2026-11-29T10:04:00"),
+              ladder("2026-11-29T09:00:00", "2026-11-29T09:03:00"),
+              ladder("2026-11-29T08:00:00", "2026-11-29T08:09:00", preset="memory"),
+              ladder("2026-11-29T07:00:00", "2026-11-29T07:01:00", status="cancelled"),
+              ladder("2026-11-29T06:00:00", "2026-11-29T06:20:00", device="gpu")]
+    monkeypatch.setattr(estimate_module, "list_results", lambda db, kind, name: stored)
+    text = experiment_estimate("lab.db", "why", Params(preset="spread", repeats=3), "m", "cpu-x")
+    assert text == ("Estimated time: about 3 min 30 s (the median of the 2 stored ladders with these settings on "
+                    "cpu-x, measured: 3 min to 4 min).")
+    fresh = experiment_estimate("lab.db", "why", Params(preset="overhead", repeats=3), "m", "cpu-x")
+    assert fresh.startswith("No estimate yet: none of the ladders with these settings has finished on cpu-x")
+    assert fresh.endswith("The last one here, with other settings, took 4 min (measured).")
+
+
+def test_a_sweep_without_a_stored_one_is_computed_from_its_restarts_and_its_load(monkeypatch):
+    from lab.config import EngineConfig
+    from lab.estimate import sweep_estimate
+    from lab.sweeps import sweep_plan
+
+    monkeypatch.setattr(estimate_module, "list_results", lambda db, kind, name: [])
+    config, past = EngineConfig(device="cpu"), history([summary()], "m", "cpu-x")
+    plan = sweep_plan("hf_max_batch_size", "1,2", users="2", requests_per_user=1, output_len=10)
+    runs = [estimate_run(RunPlan(engines=("hf",), load=plan.load, engine=c), past).seconds
+            for c in plan.configs(config)]
+    assert runs[0] > runs[1]  # one row at a time takes longer: the batch cap is priced
+    text = sweep_estimate("lab.db", plan, config, past, 30.0, "m", "cpu-x")
+    total = 3 * 30.0 + sum(runs)  # a restart per value, and one to restore the session's own batch
+    assert text.startswith(f"Estimated time: about {duration_words(total)} (computed: 3 restarts of HF at 30 s each, "
+                           "its last start here (measured), and each value's load")
+    unstarted = sweep_estimate("lab.db", plan, config, past, None, "m", "cpu-x")
+    assert unstarted.startswith(f"Estimated time: about {duration_words(sum(runs))} (computed: each value's load")
+    assert unstarted.endswith("its 3 restarts of HF are not counted: no start of it is measured yet).")

@@ -166,7 +166,8 @@ def test_a_sweep_value_past_the_batch_limit_is_refused_with_the_reason():
 SKIPPED = {"--out", "--model", "--served-model-name", "--api-key", "--app", "-h"}  # free text or a path/hub id
 ALIASES = {"--param": ("key=value", "unknown parameter", "experiment"), "--engines": ("engine",),
            "name": ("experiment",), "knob": ("knob",), "--values": ("max_num_seqs",), "--rungs": ("rung",),
-           "--base-url": ("endpoint URL",), "--endpoint": ("endpoint",)}
+           "--base-url": ("endpoint URL",), "--endpoint": ("endpoint",),
+           "--duration": ("seconds per level",)}  # the page's name too (the CLI's help: seconds per level)
 REQUIRED = {"experiment": ["waste"], "sweep": ["max_num_seqs", "--values", "1,4"], "explain": [], "bench": [],
             "check": [], "env": [], "serve": [], "capacity": ["--slo", "ttft_p95=2s"]}
 
@@ -272,7 +273,7 @@ def test_bounds_the_issue_lists():
     assert "past the limit of 8" in refusal(lambda: sweep_plan("max_num_seqs", "1,2,3,4,5,6,7,8,9"))
     assert "from 0 to 2048" in refusal(lambda: LoadConfig(warmup_requests=100000))
     assert "1 to 10, not 11" in refusal(lambda: plan_from_inputs(EngineConfig(), **form_with("repeats", 11)))
-    assert "rate must be above 0" in refusal(lambda: plan_from_inputs(EngineConfig(), **form_with("rate", -3)))
+    assert "give 0 for a closed loop" in refusal(lambda: plan_from_inputs(EngineConfig(), **form_with("rate", -3)))
 
 
 @pytest.mark.parametrize("port", ["-3", "100000"])

@@ -115,6 +115,6 @@ def test_the_remote_host_forwards_exactly_the_seam():
 
 
 def test_the_page_types_against_the_seam():
-    for module in ("ui", "ui_kv", "ui_sweep", "ui_why"):
+    for module in ("ui", "ui_kv", "ui_predict", "ui_sweep", "ui_why"):
         text = (LAB / "app" / f"{module}.py").read_text()
         assert "from lab.app.seam import Host" in text and "LabHost" not in text, module

@@ -44,11 +44,13 @@ def test_the_front_matter_is_a_space_card_that_matches_the_repository():
 
 
 def test_the_presenters_link_names_the_spaces_own_address_on_a_space(monkeypatch):
-    from app import page_address, parse_args
+    from app import page_address, parse_args, reachable_address
 
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("SPACE_HOST", raising=False)
-    assert page_address(parse_args(["--host", "0.0.0.0", "--port", "8000"])) == "http://127.0.0.1:8000"
+    served = page_address(parse_args(["--host", "0.0.0.0", "--port", "8000"]))  # bound to all: what others reach
+    assert served == f"http://{reachable_address()}:8000" and "127.0.0.1" not in served
+    assert page_address(parse_args(["--host", "10.0.0.5", "--port", "8000"])) == "http://10.0.0.5:8000"
     monkeypatch.setenv("SPACE_HOST", "someone-kv-lab.hf.space")
     assert page_address(parse_args([])) == "https://someone-kv-lab.hf.space"
 

@@ -14,6 +14,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.__main__ import main
 from lab.agreement import Agreement, AgreementReport, compare, skipped
+from lab.app.access import Access
 from lab.app.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warning
 from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig
@@ -80,7 +81,7 @@ def test_agreement_markdown_before_the_check_and_when_skipped():
 
 def test_agreement_warning_only_when_the_engines_disagree():
     assert agreement_warning(agreement(DISAGREE)) == (
-        "**Warning:** vllm and hf compute different text from the same model, so their speeds compare "
+        "**Warning:** vLLM and HF compute different text from the same model, so their speeds compare "
         "different computations: see the Environment tab.")
     assert agreement_warning(agreement(AGREE)) == ""
     assert agreement_warning(agreement(skipped("hf", "vllm", "skipped"))) == ""
@@ -151,6 +152,47 @@ def test_the_server_counts_the_cores_its_container_may_use(monkeypatch, tmp_path
     assert ui_timer.server_cores() == 2.0  # a quota of 2 cores on a 16-core host
     quota.write_text("max 100000\n")
     assert ui_timer.server_cores() == 16.0
+
+
+def shown_by_id(config: dict) -> dict:
+    """The props a served config gives each component with an elem_id, by that id."""
+    return {c["props"]["elem_id"]: c["props"] for c in config["components"] if c["props"].get("elem_id")}
+
+
+def test_a_pages_first_frame_carries_the_last_run_and_ladder_and_what_an_unsigned_page_may_press(tmp_path):
+    """The config the app serves a page (lab.app.ui_frame), with no engine loaded: the newest stored run's form,
+    progress line and estimate, the newest stored ladder and the stored ladders; every page's controls in an open app,
+    and in a room an unsigned page's disabled with the note beside them."""
+    from lab.app.host import LabHost
+    from lab.app.ui import build_app
+    from lab.store import list_experiments, save
+    from tests.conftest import CharTokenizer
+    from tests.test_report import EXPLAIN, store_experiment
+    from tests.test_store import finished_run
+
+    db = tmp_path / "r.sqlite"
+    store_experiment(db, EXPLAIN)
+    ladder, run = list_experiments(db, "why")[0], finished_run(CharTokenizer())
+    save(db, run)
+    host = LabHost(EngineConfig(device="cpu", max_model_len=1024), db_path=db)
+    host.status.ready = True  # nothing loaded: what the page reads is the store's and the rule's
+    access = Access.for_app("127.0.0.1", environ={})
+    try:
+        app = build_app(host, access)
+        shown = shown_by_id(app.config)
+        assert (shown["users"]["value"], shown["output-len"]["value"]) == ("1,2", 4)
+        assert run.id in shown["progress"]["value"] and "Estimated time: about" in shown["estimate"]["value"]
+        assert f"({ladder['experiment_id']}, {ladder['status']}" in shown["why-progress"]["value"]
+        assert [value for _, value in shown["why-stored"]["choices"]] == [ladder["experiment_id"]]
+        assert shown["run"]["interactive"] and not shown["run-watch"]["visible"]
+        assert not shown["sign-in-box"]["visible"] and shown["role"]["value"] == ""
+        access.token = "workshop-token-25"  # a room: a page not signed in watches
+        shown = shown_by_id(app.config)
+        assert not any(shown[button]["interactive"] for button in ("run", "demo", "why-run", "sweep-run", "connect"))
+        assert "**Presenter only:** Run and Cancel" in shown["run-watch"]["value"] and shown["run-watch"]["visible"]
+        assert "Watching" in shown["role"]["value"] and shown["sign-in-box"]["visible"]
+    finally:
+        host.runner.stop()
 
 
 def free_port() -> int:
@@ -292,8 +334,8 @@ def open_ready(browser, url, **options):
     wait_text(page, "#load-status", "Engines ready", 60)
     page.wait_for_function("() => document.querySelector('#estimate')?.innerText.trim()", timeout=30_000)  # the
     #                       page's load events have ended (the estimate comes last): they no longer redraw the form
-    page.wait_for_selector("#run:enabled, #cancel:enabled", timeout=10_000)  # the load's buttons redraw came (the
-    #                       layout's Run is disabled when the app was built before the engines loaded)
+    page.wait_for_selector("#run:enabled, #cancel:enabled, #run-watch", timeout=30_000)  # what this page may
+    #                       press, as its first frame says (an attendee's: nothing, the note beside Run)
     return page
 
 
@@ -434,15 +476,24 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
 
 @pytest.mark.ui
 def test_a_page_opened_after_a_run_shows_its_settings_plots_and_estimate_at_1280x720(served, browser, tmp_path):
+    """A page opened as a run ends shows it in its first frame: no queued event answered (no tick, no load event),
+    the form holds the run's settings, and the estimate, the progress line, the ratio and the stored runs are there;
+    then, at 1280x720, Run and the story above the fold."""
     host, url = served
-    last = host.wait_run(60)
-    page = open_ready(browser, url, viewport={"width": 1280, "height": 720})
-    users = ",".join(map(str, last.plan.load.users))
-    page.wait_for_function("(u) => document.querySelector('#users textarea').value === u", arg=users, timeout=20_000)
-    assert page.input_value("#output-len input") == str(last.plan.load.output_len or 0)
-    wait_text(page, "#estimate", "Estimated time: about", 20)
-    wait_text(page, "#progress", last.id, 20)
+    summary = json.loads(client(url).predict("hf,vllm", "2", "mixed", 6, 1, api_name="/run_and_wait"))
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    held = []
+    page.route("**/queue/join*", lambda route: held.append(route))  # the page's queued events wait: what shows is
+    page.goto(url)  #                                                  what its first frame carried
+    page.wait_for_selector("#users textarea")
+    assert (page.input_value("#users textarea"), page.input_value("#output-len input")) == ("2", "6")
+    assert summary["run_id"] in page.inner_text("#progress") and "Estimated time: about" in page.inner_text("#estimate")
     page.wait_for_function("() => document.querySelectorAll('#plot-ratio g.trace').length > 0", timeout=20_000)
+    page.get_by_role("tab", name="Results").click()
+    when = next(row["when"] for row in list_runs(host.db_path) if row["run_id"] == summary["run_id"])
+    assert when in page.inner_text("#runs-table") and held  # the stored runs listed; nothing queued answered yet
+    page.get_by_role("tab", name="Load test").click()
+    page.unroute("**/queue/join*")  # the held events go on
     for selector in ("#run", "#plot-ratio", "#plot-bars"):  # a laptop's first screen: Run and the story
         assert page.eval_on_selector(selector, "e => e.getBoundingClientRect().bottom") <= 720, selector
     small = Path(os.environ.get("KVLAB_SCREENSHOT_1280", tmp_path / "dashboard-1280x720.png"))
@@ -482,7 +533,7 @@ class TestRefusalsOnOnePage:
         kept = form.input_value("#output-len input")
         submit(form, users, output_len)
         wait_text(form, "#message", expected, 20)
-        assert "Input error" in form.inner_text("#message")
+        assert "Input error" in form.inner_text("#message") and form.inner_text("#estimate") == ""  # said once
         assert not host.running()
         assert client(url).predict(api_name="/cancel") == "No run in progress."
         form.fill("#output-len input", kept)
@@ -493,7 +544,7 @@ class TestRefusalsOnOnePage:
         ({"#repeats input": "0"}, "Repeats: give a whole number from 1 to 10, not 0"),
         ({"#repeats input": "1.5"}, "Repeats: give a whole number from 1 to 10, not 1.5"),
         ({"#output-len input": ""}, "Output length (0 = the workload's): give a whole number"),
-        ({"#rate input": "-3"}, "rate must be above 0"),
+        ({"#rate input": "-3"}, "give 0 for a closed loop"),
     ])
     def test_every_bad_field_shows_the_labs_message_and_starts_nothing(self, served, form, fields, expected, capfd):
         host, url = served
@@ -506,7 +557,7 @@ class TestRefusalsOnOnePage:
             form.get_by_label(value).check() if selector == "bound" else form.fill(selector, value)
         form.click("#run")
         wait_text(form, "#message", expected, 20)
-        wait_text(form, "#estimate", expected, 20)  # the estimate line says the same, no "Error" pill
+        assert form.inner_text("body").count(expected) == 1  # once, under Run: the estimate line stays empty
         assert "Input error" in form.inner_text("#message") and "less than minimum" not in form.content()
         assert not host.running() and len(list_runs(host.db_path)) == stored
         if "bound" in fields:
@@ -604,37 +655,45 @@ def refused(page, selector, action):
     wait_text(page, selector, f"Presenter only: {action} is the presenter's", 20)
 
 
+def watching(page, prefix, controls="Run and Cancel"):
+    """An attendee's tab: its Run and Cancel disabled from the first frame, the reason beside them."""
+    wait_text(page, f"#{prefix}-watch", f"Presenter only: {controls}", 20)
+    assert page.is_disabled(f"#{prefix}-run") and page.is_disabled(f"#{prefix}-cancel")
+
+
 @pytest.mark.ui
 def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_can(served, browser, room):
+    """An attendee's page shows every presenter's control disabled, the reason beside it (nothing to press and be
+    refused); the API still refuses a call without the token. The presenter's page hides the sign-in once signed
+    in, and its Cancel is pressable as its run is accepted."""
     from gradio_client import Client
 
     host, url = served
     attendee = open_ready(browser, url)
     wait_text(attendee, "#role", "Watching", 20)
-    submit(attendee, "1", 8, 1)
-    refused(attendee, "#message", "Starting a run")
-    assert not host.running()
+    wait_text(attendee, "#run-watch", "Presenter only: Run and Cancel", 20)
+    assert attendee.is_disabled("#run") and attendee.is_disabled("#cancel") and attendee.is_disabled("#demo")
+    assert "Presenter only: Workshop demo" in attendee.inner_text("#demo-watch")
     attendee.click("text=Add an endpoint")
-    typed(attendee, "#endpoint-url textarea", "http://127.0.0.1:9")
-    attendee.click("#connect")
-    refused(attendee, "#endpoint-status", "Connecting an endpoint")
-    for tab, name, action in (("KV cache", "kv", "Starting an experiment"), ("Sweeps", "sweep", "Starting a sweep"),
-                              ("Why", "why", "Starting a ladder")):  # every tab's Run says the same
-        attendee.get_by_role("tab", name=tab).click()
-        attendee.wait_for_selector(f"#{name}-run:enabled", timeout=10_000)
-        attendee.click(f"#{name}-run")
-        refused(attendee, f"#{name}-message", action)
+    wait_text(attendee, "#endpoint-status", "Presenter only: Connect", 20)
+    assert attendee.is_disabled("#connect")
+    for tab, prefix in (("KV cache", "kv"), ("Sweeps", "sweep"), ("Why", "why"), ("Capacity", "capacity")):
+        attendee.get_by_role("tab", name=tab).click()  # every tab's controls follow the one rule
+        watching(attendee, prefix, "Run sweep and Cancel" if prefix == "sweep" else "Run and Cancel")
+    assert "Presenter only:** Starting a run" in client(url).predict(["hf"], "1", "mixed", 8, BOUND_REQUESTS, 1, 1,
+                                                                      0, "", api_name="/start_run")
     assert not host.running()
     attendee.get_by_role("tab", name="Load test").click()
     presenter = open_ready(browser, f"{url}?token={room}")
     wait_text(presenter, "#role", "Presenter:", 20)
     assert "token=" not in presenter.url  # the page drops it from the address bar
+    assert not presenter.is_visible("#sign-in-box") and not presenter.is_visible("#run-watch")
     submit(presenter, "4", 64, 5)
     wait_text(presenter, "#message", "started", 30)
-    attendee.wait_for_selector("#cancel:enabled", timeout=10_000)
-    attendee.click("#cancel")
-    refused(attendee, "#message", "Cancelling")
-    assert host.running()
+    presenter.wait_for_selector("#cancel:enabled", timeout=10_000)
+    wait_text(attendee, "#progress", "Running", 20)
+    assert attendee.is_disabled("#cancel")  # the run goes; the attendee's Cancel stays the presenter's
+    assert "Presenter only:** Cancelling" in client(url).predict(api_name="/cancel") and host.running()
     presenter.click("#cancel")
     assert host.wait_run(30).status == "cancelled"
     deadline = time.monotonic() + 10
@@ -653,8 +712,57 @@ def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_ca
     attendee.click("text=Presenter sign-in")
     sign_in(attendee, "not-the-token", "Not signed in")
     sign_in(attendee, room, "Presenter:")
+    attendee.wait_for_selector("#run:enabled", timeout=10_000)  # signed in: its controls, no notes, no sign-in
+    assert not attendee.is_visible("#run-watch") and not attendee.is_visible("#sign-in-box")
     attendee.close()
     presenter.close()
+
+
+@pytest.mark.ui
+def test_two_attendees_predict_the_presenter_runs_and_every_page_shows_the_room_against_the_measured_ratio(
+        served, browser, room):
+    """Issue 43's acceptance: an attendee's Open is disabled with the reason beside it (and refused through the API);
+    two attendees predict; the presenter's tiny run takes the round along; then all three pages draw the histogram
+    and the measured ratio, and the run stores them."""
+    from lab.predictions import times
+    from lab.store import load_summary
+
+    host, url = served
+    presenter, *attendees = pages = [browser.new_page() for _ in range(3)]
+    for page, link in zip(pages, (f"{url}?token={room}", url, url), strict=True):
+        page.goto(link, wait_until="commit")  # the three load at once
+    for page, role in zip(pages, ("Presenter:", "Watching", "Watching"), strict=True):
+        wait_text(page, "#role", role, 60)
+    for page in pages:
+        page.get_by_role("tab", name="Predict").click()
+        page.click("text=Presenter: open and close predictions")
+    wait_text(attendees[0], "#predict-presenter-message", "Presenter only: Open and Close predictions", 20)
+    assert attendees[0].is_disabled("#predict-open") and attendees[0].is_disabled("#predict-close")
+    before = host.predictions()
+    assert "Presenter only:** Opening predictions" in client(url).predict("ratio", api_name="/open_predictions")
+    assert host.predictions() == before  # refused: nothing opened
+    presenter.click("#predict-open")
+    wait_text(presenter, "#predict-presenter-message", "Predictions open", 20)
+    for page, guess in zip(attendees, ("2", "5"), strict=True):
+        typed(page, "#predict-ratio input", guess)
+        page.click("#predict-send")
+        wait_text(page, "#predict-message", f"Your prediction: {guess}.0x", 20)
+    wait_text(presenter, "#predict-status", "2 predictions so far", 20)
+    presenter.get_by_role("tab", name="Load test").click()
+    submit(presenter, "1", 8, 1)
+    wait_text(presenter, "#message", "started", 30)
+    run = host.wait_run(300)
+    assert run.status == "ok"
+    measured = load_summary(host.db_path, run.id)["predictions"]
+    assert measured["values"] == [2.0, 5.0] and measured["measured"] and not measured["open"]
+    presenter.get_by_role("tab", name="Predict").click()
+    for page in pages:
+        wait_text(page, "#predict-sentence", f"2 predictions, median 3.5x (from 2.0x to 5.0x); measured "
+                                             f"{times(measured['measured'])}", 30)
+        page.wait_for_function("() => document.querySelectorAll('#predict-figure g.trace').length > 0",
+                               timeout=20_000)
+        assert f"measured {times(measured['measured'])}" in page.inner_text("#predict-figure")
+        page.close()
 
 
 @pytest.mark.ui
@@ -678,7 +786,7 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     assert result.levels[-1].status == "failed" and result.levels[-1].records  # what it measured is kept
     _, details, _ = c.predict(api_name="/load_runs")
     assert {row[0]: row for row in details["data"]}[result.id][2] == "failed"
-    wait_text(page, "#load-status", "vllm dead", 20)
+    wait_text(page, "#load-status", "vLLM dead", 20)
     assert "signal 9" in page.inner_text("#load-status")
     assert main(["env", "--app", url]) == 0  # the CLI asks the running app
     health = json.loads(capsys.readouterr().out)["health"]
@@ -687,7 +795,7 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     page.wait_for_selector("#run:enabled", timeout=10_000)  # the page drew the run's end (its buttons may lag the
     #                        status line by a tick): the next Run disabled is the restart's
     page.click("#restart")
-    wait_text(page, "#message", "Restarting vllm", 20)
+    wait_text(page, "#restart-message", "Restarting vLLM", 20)  # beside its button
     page.wait_for_selector("#run:disabled", timeout=10_000)  # the restart runs to its end: nothing to cancel
     assert page.is_disabled("#cancel")  # with Run: the engines are marked restarting as the restart starts
     wait_text(page, "#load-status", "Engines ready.", 240)
@@ -821,6 +929,63 @@ def test_kv_tab_runs_blocks_and_draws_the_live_grid(served, browser, tmp_path):
     page.close()
 
 
+def test_kv_tab_play_moves_the_step_slider_to_the_end_and_a_tick_after_pause_moves_nothing():
+    from types import SimpleNamespace
+
+    from lab.app.ui_kv import PLAY_FRAMES, KvHandlers
+    from tests.test_table import recorded
+
+    handlers = KvHandlers(SimpleNamespace(experiment=SimpleNamespace(**vars(recorded()), id="recorded")))
+    slider, _, said, _ = handlers.table_controls()  # opens where most requests held one block at once, the last time
+    assert (slider["value"], slider["maximum"]) == (71, 125) and said.startswith("After step 71, 4 requests")
+    playing, timer, label, value = handlers.play(False, 125)  # Play at the end starts over
+    assert playing and timer["active"] and label == "Pause" and value == 0
+    assert handlers.advance(True, 0)[3] == 125 // PLAY_FRAMES
+    playing, timer, label, value = handlers.advance(True, 124)
+    assert (playing, timer["active"], label, value) == (False, False, "Play", 125)  # stopped at the last step
+    assert handlers.advance(False, 10)[0] is False and "value" not in handlers.advance(False, 10)[3]
+
+
+POOL_CELLS = """() => [...document.querySelectorAll('#kv-figure .heatmaplayer text')].map(
+    t => [...t.querySelectorAll('tspan')].map(s => s.textContent).join('|') || t.textContent)"""
+
+
+@pytest.mark.ui
+def test_kv_tab_draws_vllms_real_block_table_at_a_chosen_step_and_the_most_holders(served, browser, tmp_path):
+    """Issue #42: the table experiment's ids, read from vLLM, drawn at the step the slider picks with each shared
+    block's reference count then; the most requests that held one block at once reported."""
+    from lab.experiments.table import default_step
+
+    host, url = served
+    page = open_kv_tab(browser, url, viewport={"width": 1400, "height": 1500})
+    run_kv(page, "table", "")
+    wait_text(page, "#kv-message", "Experiment table", 30)
+    wait_text(page, "#kv-progress", "status ok", 300)
+    result = host.experiment
+    own = result.engine_args["vllm"]  # the experiment's own engine, not the session's pool
+    assert (own["num_kv_blocks"], own["block_size"]) == (48, 32) == (result.fields["num_blocks"],
+                                                                     result.fields["block_size"])
+    steps = result.series["steps"]
+    step = next(s["step"] for s in steps if s["shared"] and s["step"] != default_step(steps))
+    page.wait_for_selector("#kv-table-step", state="visible", timeout=20_000)
+    box = page.locator("#kv-table-step input[type=number]")
+    box.fill(str(step))
+    box.press("Enter")
+    wait_text(page, "#kv-table-sentence", f"After step {step}, {len(steps[step]['tables'])} request", 30)
+    assert f"after engine step {step} of {len(steps) - 1}" in page.inner_text("#kv-figure")
+    cells, shared = page.evaluate(POOL_CELLS), {int(b): n for b, n in steps[step]["shared"].items()}
+    assert shared and all(f"{b}|x{n}" in cells for b, n in shared.items())  # the pool: id and refcount at the step
+    assert all(f"{b}|{request}" in cells for request, ids in steps[step]["tables"].items() for b in ids
+               if b not in shared)
+    most = result.fields["most_holders"]
+    assert most["holders"] == max(n for s in steps for n in s["shared"].values())
+    wait_text(page, "#kv-answer", f"up to {most['holders']} at once (block {most['block']} after step "
+                                  f"{most['step']})", 20)
+    shot = Path(os.environ.get("KVLAB_TABLE_SCREENSHOT", tmp_path / "kv_table.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    page.close()
+
+
 # -- the Sweeps tab -------------------------------------------------------------------------------------
 @pytest.mark.ui
 def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(served, browser, tmp_path):
@@ -948,7 +1113,7 @@ def test_the_api_answers_bad_values_and_crafted_ids_with_the_pages_words(served)
     c, stored = client(url), len(list_runs(host.db_path))
     for args, expected in [((8, 1, 1.5), "Repeats: give a whole number from 1 to 10, not 1.5"),
                            ((1.5, 1, 1), "Output length (0 = the workload's): give a whole number"),
-                           ((8, 1, 1, -3), "rate must be above 0")]:
+                           ((8, 1, 1, -3), "give 0 for a closed loop")]:
         error = json.loads(c.predict("hf", "1", "mixed", *args, api_name="/run_and_wait"))
         assert expected in error["error"]
     for crafted in ("../x", "/etc/passwd", "' or 1=1 --"):
@@ -985,17 +1150,15 @@ def run_capacity(page, slo, max_users, output_len=8, engines=("HF",)):
 
 @pytest.mark.ui
 def test_capacity_tab_refuses_a_bad_target_then_searches_draws_cancels_and_stores(served, browser, room, tmp_path):
-    """An attendee's Run is refused; the presenter's bad target is named; a search of HF to 2 users under a loose
-    target draws its probes, the target and the capacity with the computed caption; a second search cancelled
-    after its first probe keeps it; both are listed, and the first one's report comes."""
+    """An attendee's Run is disabled, the reason beside it; the presenter's bad target is named; a search of HF to 2
+    users under a loose target draws its probes, the target and the capacity with the computed caption; a second
+    search cancelled after its first probe keeps it; both are listed, and the first one's report comes."""
     from lab.experiments.capacity_search import stored
 
     host, url = served
     before = host.experiment
     attendee = open_tab(browser, url, "Capacity", "#capacity-run")
-    attendee.wait_for_selector("#capacity-run:enabled", timeout=20_000)
-    run_capacity(attendee, "ttft_p95=30s", 2)
-    refused(attendee, "#capacity-message", "Starting a capacity search")
+    watching(attendee, "capacity")  # disabled, the reason beside it
     attendee.close()
     assert host.experiment is before and not host.running()
     page = open_tab(browser, f"{url}?token={room}", "Capacity", "#capacity-run", viewport={"width": 1400,
@@ -1029,6 +1192,9 @@ def test_capacity_tab_refuses_a_bad_target_then_searches_draws_cancels_and_store
     second = host.experiment
     kept = {d["capacity_id"]: d for d in stored(host.db_path)}
     assert second.id != first.id and kept[second.id]["status"] == "cancelled" and kept[second.id]["probes"]
+    listed = client(url).predict(api_name="/load_capacities")  # the Results tab's list of stored searches
+    rows = {row[-1]: dict(zip(listed["headers"], row, strict=True)) for row in listed["data"]}
+    assert rows[first.id]["HF capacity"] == ">= 2 users" and rows[second.id]["status"] == "cancelled"
     page.click("#capacity-stored input")
     page.get_by_role("option", name=first.id).click()  # the history shows the first again, with its report
     wait_text(page, "#capacity-caption", "HF served at least 2 users", 20)

@@ -11,6 +11,10 @@ An endpoint makes the server fetch a URL. Endpoints are presenter-only, off on a
 and, when the app serves other machines, may reach only public addresses unless KVLAB_ENDPOINT_HOSTS names the
 host: every address the host name resolves to is checked before the engine starts, and each connection's own
 address again as it is made (a name that resolves anew, as in DNS rebinding, reaches no internal address).
+
+``enabled`` is the one rule of what a page may press, by role and by what the host is doing; every tab's controls
+follow it (an attendee's page shows them disabled with ``watch_note`` beside them), and the API keeps refusing
+what is not the caller's (``Access.refusal``): a page is not the only client.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ HOSTS_ENV = "KVLAB_ENDPOINT_HOSTS"  # comma list of host names an endpoint may r
 TOKEN_HEADER = "x-kvlab-token"
 MIN_TOKEN_CHARS = 8  # shorter is guessable by a room of curious attendees
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+START, CANCEL, COMMAND = "start", "cancel", "command"  # the kinds of control a page offers (see enabled)
 HOW_TO_SIGN_IN = ("Presenter: enter the token in *Presenter sign-in* at the top of the page, or open the link "
                   "app.py printed (it ends in `?token=`); an API client sends it in the X-KVLab-Token header.")
 
@@ -109,6 +114,20 @@ class Access:
         """Whether the server may connect to ``url``'s public addresses only (checked here, and again at each
         connection: Endpoint.public_only)."""
         return not (self.local or (urlsplit(url).hostname or "").lower() in self.allowed_hosts)
+
+
+def enabled(presenter: bool, ready: bool, running: bool, restarting: bool) -> dict[str, bool]:
+    """Which kinds of control a page may press now. A start (Run, Workshop demo, every tab's Run) once the engines
+    are ready and nothing runs; a Cancel while a run, experiment or sweep goes (a restart of dead engines runs to its
+    end); a command (Restart dead engines, Connect) at any time (the host answers what it cannot do now). On an
+    attendee's page, none: the page watches."""
+    allowed = {START: ready and not running, CANCEL: running and not restarting, COMMAND: True}
+    return {kind: presenter and ok for kind, ok in allowed.items()}
+
+
+def watch_note(controls: str) -> str:
+    """The line an attendee's page shows beside ``controls`` ("Run and Cancel"), which it shows disabled."""
+    return f"**Presenter only:** {controls} (this page watches the presenter's runs live)."
 
 
 def check_token(token: str | None) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
 from lab.config import (
+    MAX_RATE,
     MAX_REPEATS,
     EngineConfig,
     LoadConfig,
@@ -37,6 +38,7 @@ from lab.status import RequestStatus, RunStatus
 from lab.steps_words import factors_caption
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
+RATE_FIELD = "Open loop: requests/s (0 = closed loop)"
 
 
 def engine_choices(loaded) -> list[tuple[str, str]]:
@@ -121,7 +123,7 @@ def plan_from_inputs(config: EngineConfig, *, engines: list[str] | None, users: 
     out = whole(output_len, "Output length (0 = the workload's)", low=0) or None  # 0: the workload's own lengths
     if bound not in (BOUND_REQUESTS, BOUND_SECONDS):
         raise ValueError(f"Bound each level by: choose {BOUND_REQUESTS} or {BOUND_SECONDS}, not {bound!r}.")
-    open_loop = decimal(rate, "Open loop: requests/s (0 = users)") or None  # 0: closed-loop users
+    open_loop = open_loop_rate(rate)
     load = LoadConfig(
         users=users_tuple, workload=workload, output_len=out, repeats=whole(repeats, "Repeats", 1, MAX_REPEATS),
         requests_per_user=whole(amount, "Requests per user", low=1) if bound == BOUND_REQUESTS else None,
@@ -129,6 +131,15 @@ def plan_from_inputs(config: EngineConfig, *, engines: list[str] | None, users: 
         rate=open_loop, slo=parse_slo(slo or ""),
     )
     return RunPlan(engines=tuple(engines or ()), load=load, engine=config)
+
+
+def open_loop_rate(rate: float | None) -> float | None:
+    """The page's rate field: 0 is a closed loop (None), else a rate above 0 and at most MAX_RATE a second."""
+    value = decimal(rate, RATE_FIELD)
+    if value and not 0 < value <= MAX_RATE:
+        raise ValueError(f"{RATE_FIELD}: give 0 for a closed loop (each user sends its next request when the last "
+                         f"one ends) or a rate above 0 and at most {MAX_RATE:g} requests per second, not {value:g}")
+    return value or None
 
 
 def progress_text(result: RunResult | None) -> str:
@@ -139,7 +150,7 @@ def progress_text(result: RunResult | None) -> str:
     total_done = sum(len(lvl.records) for lvl in result.levels)
     if result.status == RunStatus.RUNNING and current is not None:
         planned = f"/{current.planned}" if current.planned else ""
-        return (f"Running {result.id}: **{current.engine}** at **{current.users}** "
+        return (f"Running {result.id}: **{registry.label(current.engine)}** at **{current.users}** "
                 f"user{'s' if current.users > 1 else ''}, "
                 f"{len(current.records)}{planned} requests done in this level ({total_done} in the run).")
     if result.status == RunStatus.RUNNING:
@@ -234,7 +245,7 @@ def environment_markdown(env: dict) -> str:
         held_text = f"{held / 2**20:.0f} MiB" if held else "?"
         what = "KV-cache budget" if registry.spec(name).kv_pool else "weights"
         health = _health_words(env.get("health", {}).get(name))
-        line = f"**{name}** ({health}): {engine['attention']}; holds {held_text} of {what}"
+        line = f"**{registry.label(name)}** ({health}): {engine['attention']}; holds {held_text} of {what}"
         if engine["kv_total_blocks"]:
             line += (f"; KV at start-up: {engine['kv_total_blocks']} blocks x {engine['kv_block_size']} tokens "
                      f"({engine['kv_total_blocks'] * engine['kv_block_size']:,} token slots)")
@@ -278,7 +289,8 @@ def agreement_warning(agreement: dict | None) -> str:
     """One line for the top of the page when two engines compute different text; empty otherwise."""
     if not agreement or agreement["ok"] is not False:
         return ""
-    pairs = " and ".join(f"{p['other']} and {p['reference']}" for p in agreement["pairs"] if p["ok"] is False)
+    pairs = " and ".join(f"{registry.label(p['other'])} and {registry.label(p['reference'])}"
+                         for p in agreement["pairs"] if p["ok"] is False)
     return (f"**Warning:** {pairs} compute different text from the same model, so their speeds compare "
             "different computations: see the Environment tab.")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from lab.engines.registry import label
 from lab.status import EngineHealth
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ class EngineDoctor:
             else:
                 state = EngineHealth.ALIVE if engine.alive() else EngineHealth.DEAD
                 reason = "" if state == EngineHealth.ALIVE else engine.fault() or "stopped"
-            out[name] = {"state": state, "reason": reason, "last_start_s": starts.get(name)}
+            out[name] = {"state": state, "reason": reason, "last_start_s": starts.get(name),
+                         "probe": session.probes.get(name) if session else None}  # lab.estimate's start probe
         return out
 
     def dead(self, health: dict[str, dict] | None = None) -> list[str]:
@@ -53,8 +55,8 @@ class EngineDoctor:
         worn = [name for name in names if self.deaths.get(name, 0) >= MAX_DEATHS]
         if not worn:
             return None
-        return (f"{', '.join(worn)} died {MAX_DEATHS} times in a row, each time after a restart: the lab stops "
-                f"restarting it. Read the app's log for the cause, then restart the app.")
+        return (f"{', '.join(map(label, worn))} died {MAX_DEATHS} times in a row, each time after a restart: the "
+                f"lab stops restarting it. Read the app's log for the cause, then restart the app.")
 
     def recovered(self, names) -> None:
         """A good run: these engines' streaks of deaths end."""
@@ -64,7 +66,7 @@ class EngineDoctor:
     def start_words(self, names: list[str]) -> str:
         """How long these engines' last starts took, for the page while they restart."""
         starts = self.host.session.start_s if self.host.session else {}
-        took = [f"{name} took {starts[name]:.0f} s" for name in names if name in starts]
+        took = [f"{label(name)} took {starts[name]:.0f} s" for name in names if name in starts]
         return "its last start " + ", ".join(took) if took else "first start"
 
     def restart(self, names: list[str]):
@@ -93,7 +95,8 @@ class EngineDoctor:
         return ok
 
     def status_text(self, health: dict[str, dict] | None = None) -> str:
-        """The header line: loading progress, or each engine's health once loaded (``health`` when just read)."""
+        """The header line: loading progress, or each engine's health once loaded (``health`` when just read); what
+        to press lies beside the page's Restart button, the presenter's."""
         status = self.host.status
         if not status.ready:
             return status.text()
@@ -102,13 +105,12 @@ class EngineDoctor:
             return "Engines ready."
         dead = self.dead(health)
         refused = self.refuse(dead)
-        hint = "" if not dead else f" {refused}" if refused else (
-            " Press **Restart dead engines**, or Run (it restarts them first).")
-        return "Engines: " + "; ".join(self._words(name, h) for name, h in health.items()) + "." + hint
+        return "Engines: " + "; ".join(self._words(name, h) for name, h in health.items()) + "." + (
+            f" {refused}" if refused else "")
 
     def _words(self, name: str, health: dict) -> str:
         if health["state"] == EngineHealth.DEAD:
-            return f"**{name} dead**: {health['reason']}"
+            return f"**{label(name)} dead**: {health['reason']}"
         if health["state"] == EngineHealth.RESTARTING:
-            return f"**{name} restarting** ({self.start_words([name])})"
-        return f"{name} {health['state']}"
+            return f"**{label(name)} restarting** ({self.start_words([name])})"
+        return f"{label(name)} {health['state']}"

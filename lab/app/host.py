@@ -18,9 +18,11 @@ from lab.app.health import MAX_DEATHS, EngineDoctor
 from lab.app.runner import TaskRunner, poll_until
 from lab.app.seam import LoadStatus
 from lab.config import Endpoint, EngineConfig, RunPlan
+from lab.engines.registry import label
 from lab.environment import process_rss_bytes, read_device, shm_warning, versions
 from lab.estimate import Estimate, estimate_run, stored_history
 from lab.memory import kv_fit_warning
+from lab.predictions import RATIO, STEP, TASKS, Round, new_round
 from lab.runs import RunResult, wall_s
 from lab.session import LabSession, SessionCheck, check_session, settle_heap
 from lab.status import RunStatus
@@ -55,6 +57,11 @@ class _Recorder:
         self.host.bump()
 
 
+def names(engines) -> str:
+    """Engines as the page names them (vLLM, HF; an endpoint by its own name)."""
+    return ", ".join(map(label, engines))
+
+
 def log_estimate(result: RunResult) -> None:
     """Log how far the run's estimate was from its measured time (summary.json keeps both)."""
     took = wall_s(result)
@@ -81,6 +88,9 @@ class LabHost:
         self.doctor = EngineDoctor(self)
         self.runner = TaskRunner(self.bump)  # a task's end bumps the version: its last words change the page
         self._lock = threading.Lock()
+        self.round: Round | None = None  # the room's predictions the pages show (lab.predictions)
+        self._predicted: Round | None = None  # the round attached to the task now going or last ended
+        self._round_lock = threading.Lock()  # its own: a prediction never waits for a submit's checks
 
     # -- loading ------------------------------------------------------------------------------
     def start_loading(self) -> Future:
@@ -95,6 +105,7 @@ class LabHost:
         try:
             session = LabSession(self.config, self.engine_names, self.check)
             await session.start(say)
+            await session.probe_engines()  # the estimate's first guess, priced on this machine (lab.estimate)
             settle_heap()
             self.session = session
             self.status.ready = True
@@ -133,24 +144,27 @@ class LabHost:
                 return False, reason
             result = self.result = self.session.new_result(plan)
             result.estimate_s = self.estimate(plan, dead).seconds
+            self._attach(result.id, RATIO)
             self.runner.start(self._restart_then_run(dead, plan, result))
         self.bump()
         warning = kv_fit_warning(plan, self.check.memory)
-        restart = f" First restarting {', '.join(dead)}." if dead else ""
+        restart = f" First restarting {names(dead)}." if dead else ""
         return True, f"Run {result.id} started.{restart}" + (f" **Warning:** {warning}." if warning else "")
 
     def estimate(self, plan: RunPlan, dead: list[str]) -> Estimate:
         """How long ``plan`` should take here (lab.estimate), restarting the ``dead`` engines first."""
-        past = stored_history(self.db_path, self.check.model, self.check.memory.device.name)
+        session = self.session
+        past = stored_history(self.db_path, self.check.model, self.check.memory.device.name,
+                              session.probes if session else None)
         health = self.health()
         return estimate_run(plan, past, {name: health[name].get("last_start_s") or 0.0 for name in dead})
 
     async def _restart_then_run(self, dead: list[str], plan: RunPlan, result: RunResult) -> None:
         if dead:
-            result.message = f"restarting {', '.join(dead)} first ({self.doctor.start_words(dead)})"
+            result.message = f"restarting {names(dead)} first ({self.doctor.start_words(dead)})"
         if dead and not await self.doctor.restart(dead):
             result.status, result.error = RunStatus.FAILED, "; ".join(self.doctor.errors.values())
-            result.message = f"failed: could not restart {', '.join(dead)}: {result.error}"
+            result.message = f"failed: could not restart {names(dead)}: {result.error}"
             self.keep(result)
             return
         result.engine_info = {name: self.session.info[name] for name in plan.engines}
@@ -170,6 +184,8 @@ class LabHost:
             if reason:
                 return False, reason
             result = self.experiment = new_result(self.session, name, params)
+            if name == "why":
+                self._attach(result.id, STEP)
             self.runner.start(run_experiment(self.session, name, params, result, self._ended))
         self.bump()
         return True, f"Experiment {name} ({result.id}) started."
@@ -190,7 +206,7 @@ class LabHost:
             result = self.sweep = new_sweep(self.session, plan)
             self.runner.start(run_sweep(self.session, plan, result, self._ended))
         self.bump()
-        return True, f"Sweep of {plan.knob} ({result.id}) started: one {plan.engine} restart per value."
+        return True, f"Sweep of {plan.knob} ({result.id}) started: one {names([plan.engine])} restart per value."
 
     def _ended(self, result) -> None:
         """An experiment's or a sweep's update: stored once it has ended, or at every update where its kind says so."""
@@ -236,7 +252,63 @@ class LabHost:
                 return False, reason
             self.runner.start(self.doctor.restart(dead))
         self.bump()
-        return True, f"Restarting {', '.join(dead)}: {self.doctor.start_words(dead)}."
+        return True, f"Restarting {names(dead)}: {self.doctor.start_words(dead)}."
+
+    # -- the room's predictions ----------------------------------------------------------------
+    # (no bump: every sync carries the round, and a room's burst of answers must not redraw the run's figures)
+    def open_predictions(self, kind: str) -> tuple[bool, str]:
+        """Open predictions for the next load test ('ratio') or Why ladder ('step'): the open round of that kind
+        again (its answers kept) or a new one."""
+        with self._round_lock:
+            current = self.round
+            if current is not None and current.task_id is None and current.kind == kind:
+                current.open = True
+            else:
+                try:
+                    self.round = new_round(kind, self.check.device)
+                except ValueError as exc:
+                    return False, str(exc)
+        return True, f"Predictions open for the next {TASKS[kind]}: they close as it starts."
+
+    def close_predictions(self) -> str:
+        """Stop taking predictions; those made go with the next task of their kind."""
+        with self._round_lock:
+            if self.round is None or not self.round.open:
+                return "No predictions are open."
+            self.round.open = False
+        return f"Predictions closed: {len(self.round.answers)} made, kept for the next {TASKS[self.round.kind]}."
+
+    def predict(self, page: str, answer) -> tuple[bool, str]:
+        """Keep ``page``'s answer in the open round (replacing its last)."""
+        with self._round_lock:
+            if self.round is None:
+                return False, "No predictions are open: the presenter opens them before a run."
+            try:
+                words = self.round.answer(page, answer)
+            except ValueError as exc:
+                return False, str(exc)
+        return True, words
+
+    def predictions(self) -> dict | None:
+        """The round the pages show (lab.predictions.Round.view), None before any."""
+        with self._round_lock:
+            return None if self.round is None else self.round.view()
+
+    def _attach(self, task_id: str, kind: str) -> None:
+        """A task of ``kind`` starts: the round of that kind waiting for one closes and goes with it."""
+        with self._round_lock:
+            if self.round is not None and self.round.task_id is None and self.round.kind == kind:
+                self.round.attach(task_id)
+                self._predicted = self.round
+
+    def _predictions_of(self, result) -> dict | None:
+        """The ``predictions`` stored with ``result`` (its measured answer taken once it has ended), or None."""
+        found = self._predicted
+        if found is None or found.task_id != result.id:
+            return None
+        if result.status != RunStatus.RUNNING and not found.ended:
+            found.measure(result.to_dict())
+        return {"predictions": found.stored()}
 
     # -- endpoints ----------------------------------------------------------------------------
     def connect_endpoint(self, endpoint: Endpoint) -> tuple[bool, str]:
@@ -280,7 +352,7 @@ class LabHost:
     def keep(self, result) -> None:
         """Store a run, experiment or sweep (partial or final) in the results database; a failure is logged."""
         try:
-            save(self.db_path, result)
+            save(self.db_path, result, self._predictions_of(result))
         except Exception:
             log.exception("could not store %s %s", result.KIND, result.id)
 

@@ -36,6 +36,7 @@ from lab.app.mirror import apply_part, apply_run, held_thing, holding, part_of, 
 from lab.app.runner import poll_until
 from lab.app.seam import Host, LoadStatus, members
 from lab.config import EngineConfig
+from lab.metrics.machine import ROOT_ENV  # the page's process is the lab's too: its CPU is not another process's
 from lab.status import EngineHealth, RunStatus
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class Snapshot:
     config: EngineConfig
     engine_names: tuple
     parts: bytes | None = None  # pickled (run, experiment, sweep) parts, cut on the host's loop
+    predictions: dict | None = None  # the room's current round (a few hundred numbers at most)
     gone: str = field(default="", repr=False)  # the page's side: why the host process is gone
 
 
@@ -108,7 +110,8 @@ class HostService:
         health = host.health()
         return Snapshot(version=version, running=running, status=host.status,
                         status_text=host.doctor.status_text(health), health=health, dead=host.doctor.dead(health),
-                        agreement=host.agreement(), config=host.config, engine_names=host.engine_names, parts=parts)
+                        agreement=host.agreement(), config=host.config, engine_names=host.engine_names, parts=parts,
+                        predictions=host.predictions())
 
     def close(self) -> None:
         """Stop the engines (once, whoever asks first: the app, SIGTERM, or the app's pipe closing)."""
@@ -227,7 +230,7 @@ class RemoteHost:
         self._address = os.path.join(self._dir, "host.sock")
         self._process = subprocess.Popen([sys.executable, "-m", "lab.app.host_process", self._address],
                                         stdin=subprocess.PIPE, start_new_session=True,
-                                        env={**os.environ, KEY_ENV: self._key.hex()})
+                                        env={**os.environ, KEY_ENV: self._key.hex(), ROOT_ENV: str(os.getpid())})
         self._pid = self._process.pid
         try:
             self.check, db = self._call("init", config, engines, None if db_path is None else str(db_path))

@@ -20,7 +20,7 @@ from dataclasses import replace
 from lab.runs import LevelResult, RunResult
 from lab.status import RunStatus
 
-ENDED_FIELDS = ("error", "summary", "kv", "kv_series", "tok_s_series", "steps", "status")  # status last
+ENDED_FIELDS = ("error", "summary", "kv", "kv_series", "tok_s_series", "steps", "machine", "status")  # status last
 SAME = "same"  # part_of's answer for an experiment or sweep the mirror already holds, ended
 
 

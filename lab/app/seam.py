@@ -106,6 +106,18 @@ class Host(Protocol):
     def restart_dead(self) -> tuple[bool, str]:
         """Restart the engines that died."""
 
+    @command
+    def open_predictions(self, kind: str) -> tuple[bool, str]:
+        """Open the room's predictions for the next load test ('ratio') or Why ladder ('step'): (opened, message)."""
+
+    @command
+    def close_predictions(self) -> str:
+        """Stop taking predictions (those made go with the next task of their kind)."""
+
+    @command
+    def predict(self, page: str, answer: Any) -> tuple[bool, str]:
+        """Keep one page's prediction, replacing its last (any page's: attendees predict): (kept, message)."""
+
     @ask
     def environment(self) -> dict:
         """Device, versions, model, engines and memory, as the Environment tab shows them."""
@@ -129,6 +141,10 @@ class Host(Protocol):
     @read
     def agreement(self) -> dict | None:
         """The start-up agreement check (None until two engines have loaded)."""
+
+    @read
+    def predictions(self) -> dict | None:
+        """The room's current round as pages draw it (lab.predictions.Round.view); None before the first."""
 
     @local
     def wait_ready(self, timeout_s: float | None = None) -> bool:

@@ -4,7 +4,10 @@ Every figure and table comes from lab.app.dashboard / lab.plots / lab.store, the
 notebooks use. State lives in the Host passed in (no module globals). As in trackio, a gr.Timer writes
 cheap change keys into gr.State once a second, and a group of components is redrawn only when its own key
 changed (the State's change event): the load status line, the live plots, the runs table when a run ends,
-the environment when the engines become ready.
+the environment when the engines become ready. A page's first frame already carries every group (and the
+form of the current or last run): app.frame (lab.app.ui_frame). What a page may press follows one rule
+(lab.app.access.enabled), per role: an attendee's page shows the presenter's controls disabled, the reason beside
+them.
 """
 
 from __future__ import annotations
@@ -13,18 +16,17 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
-from lab.app.access import Access
+from lab.app.access import CANCEL, COMMAND, START, Access
 from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
+    RATE_FIELD,
     LoadForm,
     OverTime,
     PerLevel,
@@ -42,15 +44,17 @@ from lab.app.dashboard import (
     stored_view,
 )
 from lab.app.seam import Host
-from lab.app.ui_access import Guard, sign_in_line
-from lab.app.ui_capacity import build_capacity_tab
+from lab.app.ui_access import Guard, SignIn, sign_in_line, wire_sign_in
+from lab.app.ui_capacity import build_capacity_tab, build_searches_list
+from lab.app.ui_frame import FirstFrame, LivePage
 from lab.app.ui_kv import build_kv_tab
-from lab.app.ui_sweep import SweepHandlers, build_sweep_tab
+from lab.app.ui_predict import build_predict_tab
+from lab.app.ui_sweep import build_sweep_tab
 from lab.app.ui_timer import Pace, Ticker
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
-from lab.estimate import History, estimate_text, stored_history
+from lab.estimate import History, estimate_text, probes_of, stored_history
 from lab.load.workloads import WORKLOADS
 from lab.plots import EMPTY_WORDS, LATENCY_COLUMNS, compare_figure, compare_ratio_figure, empty_figure, latency_table
 from lab.presets import workshop_demo
@@ -78,7 +82,10 @@ PAGE_STYLE = """<style>
 </style>"""  # the busy line's spinner; table cells wrap between words only
 TICK_S = 1.0  # how often each page asks the host whether anything changed (a full room asks less: ui_timer.Pace)
 QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # timer-driven events: no spinner, no API
+DEFAULT_FORM = LoadForm(engines=None, users="1,5,10,20", workload="mixed", output_len=0, bound=BOUND_REQUESTS,
+                        amount=2, repeats=1, rate=0, slo="")  # the form before anything ran (engines: all loaded)
 HIDDEN = {"show_progress": "hidden"}  # an API event whose answer comes at once: no "0.1s" timer over its line
+RESTART_HINT = "Run restarts a dead engine of its plan first, too."  # beside the presenter's Restart button
 
 
 def shm_words() -> str:
@@ -105,12 +112,12 @@ class Handlers:
         return message if started else f"**Not started:** {message}"
 
     def estimate(self, *values) -> str:
-        """How long Run would take here, computed from stored runs (or the input error, early); a dead engine of
-        the plan is restarted first, its last start counted."""
+        """How long Run would take here, computed from stored runs; a dead engine of the plan is restarted first,
+        its last start counted. Nothing while the form has an input error (the message line under Run says it)."""
         try:
             plan = plan_from_inputs(self.host.config, **vars(LoadForm(*values)))
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
+        except ValueError:
+            return ""
         health = self.host.health()
         restarts = {name: health[name].get("last_start_s") or 0.0 for name in plan.engines
                     if name in self.host.dead()}
@@ -124,11 +131,17 @@ class Handlers:
             version = self.host.version
             if self._past[0] != version:  # the host's version is an int from the start
                 self._past = (version, stored_history(self.host.db_path, self.host.check.model,
-                                                      self.host.check.memory.device.name))
+                                                      self.host.check.memory.device.name,
+                                                      probes_of(self.host.health())))
             return self._past[1]
 
-    def clear_error(self, message: str):
-        """A changed form makes the last input error stale: the message line drops it (other lines stay)."""
+    def form_error(self, message: str, *values):
+        """As the form changes, its input error on the message line under Run (the one place it shows, before Run
+        as after); a form fixed drops the last one (other lines stay)."""
+        try:
+            plan_from_inputs(self.host.config, **vars(LoadForm(*values)))
+        except ValueError as exc:
+            return f"**Input error:** {exc}"
         return "" if (message or "").startswith("**Input error:**") else gr.skip()
 
     def progress_now(self) -> str:
@@ -144,18 +157,28 @@ class Handlers:
             return gr.skip()
         return f"Run {result.id} ended: {result.status}."
 
-    def form_now(self) -> list:
+    def form_now(self) -> LoadForm:
         """The current (or last) run's settings, for a page that opens at any time: the running or last run of
-        this app, else the newest stored one (else the form's defaults stay)."""
+        this app, else the newest stored one, else the form's defaults."""
         result = self.host.result
         if result is not None:
             form = LoadForm.of_plan(result.plan)
         elif stored := self.last_stored():
             form = LoadForm.of_summary(stored)
         else:
-            return [gr.skip()] * len(fields(LoadForm))
+            form = replace(DEFAULT_FORM, engines=list(self.host.engine_names))
         form.engines = [name for name in form.engines if name in self.host.engine_names]
-        return parts(form)
+        return form
+
+    def form_key(self) -> tuple | None:
+        """Changes when a run starts and when it ends (the form and its estimate in a page's first frame)."""
+        result = self.host.result
+        return None if result is None else (result.id, result.status == RunStatus.RUNNING)
+
+    def form_frame(self) -> list:
+        """The form of form_now and its estimate, for a page's first frame."""
+        values = parts(self.form_now())
+        return [*values, self.estimate(*values)]
 
     def last_stored(self) -> dict | None:
         """The newest stored run's summary.json, if any."""
@@ -163,11 +186,17 @@ class Handlers:
         return stored[0] if stored else None
 
     def demo_form(self) -> list:
-        """The Workshop demo's form values for this device (the button then presses Run)."""
+        """The Workshop demo's form values for this device."""
         preset = workshop_demo(self.host.config)
         return parts(LoadForm(engines=list(preset.plan(self.host.config).engines), users=preset.users,
                               workload=preset.workload, output_len=preset.output_len, bound=BOUND_REQUESTS,
                               amount=preset.requests_per_user, repeats=preset.repeats, rate=0, slo=""))
+
+    def demo(self) -> list:
+        """The Workshop demo: the form filled for this device and Run pressed; the form's values, then the message
+        line."""
+        values = self.demo_form()
+        return [*values, self.start_run(*values)]
 
     def connect(self, name: str, url: str, model: str, key: str):
         """Add an OpenAI-compatible server as an engine; returns the answer shown under Connect and the engine
@@ -221,6 +250,10 @@ class Handlers:
         result = self.host.result
         return (result.id, self.host.version) if result else None
 
+    def runs_key(self) -> tuple:
+        """Changes when a level begins or ends and when a run ends (the stored runs grow as levels finish)."""
+        return self.finished_key(), self.per_level_key()
+
     def finished_key(self) -> str | None:
         """The id of the last run once it has ended (changes when a run finishes)."""
         result = self.host.result
@@ -233,13 +266,13 @@ class Handlers:
 
     # -- redraws -------------------------------------------------------------------------------
     def status_lines(self) -> tuple:
-        """The status line (loading, or the engines' health), the agreement warning, and the Restart button
-        (shown while an engine is dead)."""
+        """The status line (loading, or the engines' health), the agreement warning, and the row of Restart dead
+        engines (shown while an engine is dead)."""
         return (self.host.status_text(), agreement_warning(self.host.agreement()),
                 gr.update(visible=bool(self.host.dead())))
 
     def restart(self) -> str:
-        """Restart the dead engines; the status line follows the restart."""
+        """Restart the dead engines (the line beside the button answers; the status line follows the restart)."""
         started, message = self.host.restart_dead()
         return message if started else f"**Not restarted:** {message}"
 
@@ -277,14 +310,29 @@ class Handlers:
         """Changes with readiness and health, and when a run, experiment or sweep starts or ends."""
         return *self.ready_key(), self.host.running()
 
-    def buttons(self, starts: int, stops: int) -> list:
-        """Every tab's start buttons (``starts`` of them: Run, Workshop demo, the KV tab's Run, Run sweep)
-        pressable once the engines are ready and nothing runs; the ``stops`` Cancel buttons while a run,
-        experiment or sweep goes (the host runs one thing at a time; a restart of dead engines runs to its end)."""
-        running = self.host.running()
+    def host_state(self) -> tuple[bool, bool, bool]:
+        """What the rule of lab.app.access.enabled reads of the host: ready, running, restarting."""
         restarting = any(h["state"] == EngineHealth.RESTARTING for h in self.host.health().values())
-        start = gr.update(interactive=self.host.status.ready and not running)
-        return [start] * starts + [gr.update(interactive=running and not restarting)] * stops
+        return self.host.status.ready, self.host.running(), restarting
+
+    def buttons(self, request: gr.Request) -> list:
+        """Every tab's gated buttons as the rule says for this page now (a start pressable once the engines are
+        ready and nothing runs, a Cancel while something runs: the host runs one thing at a time)."""
+        return self.guard.button_updates(self.guard.is_presenter(request), *self.host_state())
+
+    def sign_in(self, token: str, request: gr.Request) -> list:
+        """Sign the page in (ui_access.Guard.sign_in), then its buttons for its role."""
+        return [*self.guard.sign_in(token, request), *self.buttons(request)]
+
+    def role_key(self) -> tuple:
+        """Changes with buttons_key, and when the app becomes a room (a presenter token set) or stops being one."""
+        return *self.buttons_key(), self.guard.access.open
+
+    def role_frame(self) -> list:
+        """A page's first frame as an unsigned page sees it: its role (the presenter's when every page is),
+        the notes beside the controls it may not press, and its buttons."""
+        presenter = self.guard.access.open
+        return [*self.guard.role_updates(presenter), *self.guard.button_updates(presenter, *self.host_state())]
 
     def environment(self) -> tuple[str, dict]:
         """The Environment tab: readable text and the raw dict."""
@@ -330,6 +378,18 @@ class EndpointForm:
 
     def inputs(self) -> list:
         return [self.name, self.url, self.model, self.key]
+
+
+@dataclass
+class Header:
+    """The lines at the top of every tab."""
+
+    status: gr.Markdown
+    agreement: gr.Markdown
+    restart_row: gr.Row
+    restart: gr.Button
+    answer: gr.Markdown  # Restart's line: its answer, or why this page may not press it
+    busy: gr.HTML
 
 
 @dataclass
@@ -384,40 +444,42 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
     guard = Guard(access or Access())
     ticker = Ticker(TICK_S, QUIET, Pace.for_server(TICK_S, steady=lambda session: session in guard.access.presenters))
     handlers = Handlers(host, guard)
-    with gr.Blocks(title="KV Lab") as app:
+    with LivePage(title="KV Lab") as app:
         gr.Markdown(INTRO, elem_id="intro")
-        sign_in_line(app, guard)
-        with gr.Row(equal_height=False):  # the status line and, beside it, the busy line (with the page's style)
-            status = gr.Markdown(host.status_text(), elem_id="load-status")
-            busy = gr.HTML(PAGE_STYLE, elem_id="busy", padding=False)
-        header = [status, gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning"),
-                  gr.Button("Restart dead engines", elem_id="restart", visible=False, size="sm")]
+        sign_in = sign_in_line(guard)
+        header = _header(host, guard)
         gr.Markdown(shm_words(), elem_id="shm-warning")
         with gr.Tabs():
-            load = _load_tab(host)
-            why = build_why_tab(host, ticker, guard)
-            capacity = build_capacity_tab(host, ticker, guard)
-            kv = build_kv_tab(host, ticker, guard)
-            sweeps = build_sweep_tab(host, ticker, guard)
-            results, env = _results_tab(), _environment_tab()
+            load = _load_tab(host, guard)
+            build_predict_tab(host, ticker, guard)  # the room predicts the next run's headline, then sees it
+            build_why_tab(host, ticker, guard)
+            build_capacity_tab(host, ticker, guard)
+            build_kv_tab(host, ticker, guard)
+            build_sweep_tab(host, ticker, guard)
+            results, env = _results_tab(host, ticker), _environment_tab()
         _wire_actions(handlers, load, results, env)  # first: they claim the public API names
-        header[2].click(guard(handlers.restart, "Restarting engines"), None, [load.message], api_name="restart")
-        starts = [load.run, load.demo, why.run, capacity.run, kv.run, sweeps.run]
-        stops = [load.cancel, why.cancel, capacity.cancel, kv.cancel, sweeps.cancel]
-        buttons = (partial(handlers.buttons, len(starts), len(stops)), starts + stops)
-        _wire_timer(handlers, header + [busy], load, results, env, buttons, ticker)
+        header.restart.click(guard(handlers.restart, "Restarting engines"), None, [header.answer], api_name="restart",
+                             **HIDDEN)
+        _wire_timer(handlers, header, load, results, env, ticker)
         ticker.wire()  # one timer for every tab's groups
-        app.load(handlers.status_lines, None, header[:3], queue=False, **QUIET)  # at once, not behind a room's ticks
-        app.load(buttons[0], None, buttons[1], queue=False, **QUIET)  # and what may be pressed (the layout's is as
-        #                                                                the app was built)
-        app.load(handlers.load_runs, None, results.listed(), api_visibility="private")
-        app.load(handlers.live, None, parts(load.live), **QUIET)  # a page opened at any time: the current truth
-        app.load(handlers.per_level, None, parts(load.per_level), **QUIET)
-        app.load(SweepHandlers(host).stored, None, sweeps.stored, api_visibility="private")  # as runs are
-        app.load(handlers.form_now, None, parts(load.form), **QUIET).then(
-            handlers.estimate, parts(load.form), [load.estimate], **QUIET)
+        for started in guard.starts:  # Cancel pressable as soon as a start is taken, not at the next tick
+            started.then(handlers.buttons, None, guard.buttons(), queue=False, **QUIET)
+        wire_sign_in(app, sign_in, handlers.sign_in, guard.role_outputs(sign_in) + guard.buttons())
+        app.frame = _first_frame(handlers, ticker, sign_in, load)
         gr.api(handlers.run_and_wait, api_name="run_and_wait")
     return app
+
+
+def _first_frame(handlers: Handlers, ticker: Ticker, sign_in: SignIn, load: LoadTab) -> FirstFrame:
+    """What a page's first frame carries: every group the timer redraws for all pages, the current or last run's
+    form with its estimate, and the page's role (as an unsigned page: a link with the token signs in as it
+    loads)."""
+    frame = FirstFrame()
+    for group in ticker.shared():
+        frame.add(*group)
+    frame.add(handlers.form_key, handlers.form_frame, [*parts(load.form), load.estimate])
+    frame.add(handlers.role_key, handlers.role_frame, handlers.guard.role_outputs(sign_in) + handlers.guard.buttons())
+    return frame
 
 
 def quiet_queue_analytics() -> None:
@@ -428,47 +490,73 @@ def quiet_queue_analytics() -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_MAX_EVENTS", "1000")
 
 
-def _load_tab(host: Host) -> LoadTab:
+def _header(host: Host, guard: Guard) -> Header:
+    """The status line with the busy line beside it, the agreement warning, and the row of Restart dead engines
+    (shown while an engine is dead) with its line: its answer, or why this page may not press it."""
+    with gr.Row(equal_height=False):  # the status line and, beside it, the busy line (with the page's style)
+        status = gr.Markdown(host.status_text(), elem_id="load-status")
+        busy = gr.HTML(PAGE_STYLE, elem_id="busy", padding=False)
+    agreement = gr.Markdown(agreement_warning(host.agreement()), elem_id="agreement-warning")
+    with gr.Row(visible=False, equal_height=True, elem_id="restart-row") as row:
+        restart = gr.Button("Restart dead engines", elem_id="restart", size="sm", scale=0, min_width=200)
+        answer = gr.Markdown(elem_id="restart-message")
+    guard.gate(COMMAND, restart)
+    guard.watch(answer, "Restart dead engines", own=True, presenter_words=RESTART_HINT)
+    return Header(status=status, agreement=agreement, restart_row=row, restart=restart, answer=answer, busy=busy)
+
+
+def _load_tab(host: Host, guard: Guard) -> LoadTab:
     """The Load-test tab: Run, its estimate and the form on the left (Run above the fold of a 1280x720 screen), the
-    story (progress, ratio and per-level bars, tok/s over time) beside it; the KV figures and latencies below."""
+    story (progress, ratio and per-level bars, tok/s over time) beside it; the KV figures and latencies below. Run,
+    Cancel, Workshop demo and Connect are under ``guard``'s rule, each with its note beside it."""
     with gr.Tab("Load test", id="load"):
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=300):
                 estimate = gr.Markdown(elem_id="estimate")
                 with gr.Row():
-                    run = gr.Button("Run", variant="primary", elem_id="run", interactive=host.status.ready)
+                    run = gr.Button("Run", variant="primary", elem_id="run", interactive=False)
                     cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", interactive=False)
+                guard.note("Run and Cancel", "run-watch")
                 message = gr.Markdown(elem_id="message")
                 form = _form(host.engine_names)
-                demo = gr.Button("Workshop demo", elem_id="demo", interactive=host.status.ready)
+                demo = gr.Button("Workshop demo", elem_id="demo", interactive=False)
+                guard.note("Workshop demo", "demo-watch")
                 gr.Markdown(f"**Workshop demo:** {workshop_demo(host.config).why}", elem_id="demo-why")
                 endpoint = _endpoint_form()
             with gr.Column(scale=3):
                 live, per_level = _story_outputs(host)
         _detail_outputs(live, per_level)
+    guard.gate(START, run, demo)
+    guard.gate(CANCEL, cancel)
+    guard.gate(COMMAND, endpoint.connect)
+    guard.watch(endpoint.answer, "Connect", own=True)
     return LoadTab(form=form, estimate=estimate, run=run, demo=demo, cancel=cancel, message=message, live=live,
                    per_level=per_level, endpoint=endpoint)
 
 
 def _form(engine_names: tuple[str, ...]) -> LoadForm:
-    """Engines, users, workload, output length, bound, amount and repeats; open loop and SLO folded away."""
+    """Engines, users, workload, output length, bound, amount and repeats; open loop and SLO folded away (the
+    values: DEFAULT_FORM's; a page's first frame carries the current or last run's)."""
+    first = DEFAULT_FORM
     engines = gr.CheckboxGroup(engine_choices(engine_names), value=list(engine_names), label="Engines",
                                elem_id="engines")
-    users = gr.Textbox("1,5,10,20", label="Concurrent users (comma list)", elem_id="users")
-    workload = gr.Dropdown(list(WORKLOADS), value="mixed", label="Workload", elem_id="workload",
+    users = gr.Textbox(first.users, label="Concurrent users (comma list)", elem_id="users")
+    workload = gr.Dropdown(list(WORKLOADS), value=first.workload, label="Workload", elem_id="workload",
                            info="tokens in → out: " + "; ".join(w.brief() for w in WORKLOADS.values()),
                            allow_custom_value=True)  # an API's unknown name: the lab's message, not Gradio's
-    output_len = gr.Number(0, label="Output length in tokens (0 = the workload's)", elem_id="output-len")
-    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=BOUND_REQUESTS, label="Bound each level by",
+    output_len = gr.Number(first.output_len, label="Output length in tokens (0 = the workload's)",
+                           elem_id="output-len")
+    bound = gr.Radio([BOUND_REQUESTS, BOUND_SECONDS], value=first.bound, label="Bound each level by",
                      elem_id="bound")
     with gr.Row():
-        amount = gr.Number(2, label="Requests per user / seconds", elem_id="amount", min_width=120)
-        repeats = gr.Number(1, label=f"Repeats of each level (1-{MAX_REPEATS})", elem_id="repeats", min_width=120)
+        amount = gr.Number(first.amount, label="Requests per user / seconds", elem_id="amount", min_width=120)
+        repeats = gr.Number(first.repeats, label=f"Repeats of each level (1-{MAX_REPEATS})", elem_id="repeats",
+                            min_width=120)
     with gr.Accordion("Open loop and SLO (closed loop, no SLO by default)", open=False, elem_id="more-options"):
         with gr.Row():
-            rate = gr.Number(0, label="Open loop: requests/s (0 = users)", elem_id="rate", min_width=120,
+            rate = gr.Number(first.rate, label=RATE_FIELD, elem_id="rate", min_width=120,
                              info="Poisson arrivals; users then cap what is in flight")
-            slo = gr.Textbox("", label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
+            slo = gr.Textbox(first.slo, label="SLO for goodput (s)", placeholder="ttft=0.5,tpot=0.05", elem_id="slo",
                              min_width=120)
     return LoadForm(engines=engines, users=users, workload=workload, output_len=output_len, bound=bound,
                     amount=amount, repeats=repeats, rate=rate, slo=slo)
@@ -523,7 +611,7 @@ def _detail_outputs(live: OverTime, per_level: PerLevel) -> None:
     per_level.turns = _plot("TTFT per turn (chat workload)", "plot-turns", "turns")
 
 
-def _results_tab() -> ResultsTab:
+def _results_tab(host: Host, ticker: Ticker) -> ResultsTab:
     """The Results tab: past runs (what differs between them; the rest under Details), a multi-select to
     compare them, the first one's files."""
     with gr.Tab("Results", id="results"):
@@ -532,6 +620,7 @@ def _results_tab() -> ResultsTab:
                                   "the top user level measured", elem_id="runs-table", wrap=False)
         with gr.Accordion("Details of each run (id, device, model, lengths, the estimate it was given)", open=False):
             details = gr.Dataframe(elem_id="runs-details", wrap=False)
+        build_searches_list(host, ticker, refresh)  # capacity searches: their capacities and ratio (lab.capacity)
         chosen = gr.Dropdown([], multiselect=True, label="Runs to compare (the first is downloadable)",
                              allow_custom_value=True)  # an id it does not list: the store's "no such run"
         with gr.Row():
@@ -556,22 +645,21 @@ def _environment_tab() -> EnvironmentTab:
     return EnvironmentTab(shown=[text, raw], refresh=refresh)
 
 
-def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
-                buttons: tuple[Callable, list], ticker: Ticker) -> None:
-    """Each tick writes the change keys into gr.State; a group redraws only when its own key changed
-    (``header``: the status line, the agreement warning, Restart and the busy line; ``buttons``: the redraw of
-    every tab's start and Cancel buttons, and those buttons)."""
+def _wire_timer(handlers: Handlers, header: Header, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
+                ticker: Ticker) -> None:
+    """Each tick writes the change keys into gr.State; a group redraws only when its own key changed (the groups
+    with an input list, if only an empty one, are the page's own: its form, its message, its role's buttons)."""
     form = parts(load.form)
     groups = [
-        (handlers.status_key, handlers.status_lines, header[:3]),
-        (handlers.busy_key, handlers.busy, header[3:]),
+        (handlers.status_key, handlers.status_lines, [header.status, header.agreement, header.restart_row]),
+        (handlers.busy_key, handlers.busy, [header.busy]),
         (handlers.live_key, handlers.live, parts(load.live)),
         (handlers.per_level_key, handlers.per_level, parts(load.per_level)),
-        (handlers.finished_key, handlers.load_runs, results.listed()),
+        (handlers.runs_key, handlers.load_runs, results.listed()),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.finished_key, handlers.estimate, [load.estimate], form),  # what the run just taught
         (handlers.ready_key, handlers.environment, env.shown),
-        (handlers.buttons_key, *buttons),
+        (handlers.buttons_key, handlers.buttons, handlers.guard.buttons(), []),
     ]
     ticker.add(groups)
 
@@ -579,21 +667,22 @@ def _wire_timer(handlers: Handlers, header: list, load: LoadTab, results: Result
 def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: EnvironmentTab) -> None:
     """Buttons and the compare dropdown (with the API names the README and the tests use)."""
     guard = handlers.guard
-    start_run = guard(handlers.start_run, "Starting a run")
     form = parts(load.form)
-    load.run.click(start_run, form, [load.message], api_name="start_run", **HIDDEN).then(
+    guard.started(load.run.click(guard(handlers.start_run, "Starting a run"), form, [load.message],
+                                 api_name="start_run", **HIDDEN)).then(
         handlers.progress_now, None, [load.live.progress], **QUIET)
     for component in form:
         component.change(handlers.estimate, form, [load.estimate], queue=False, **QUIET)
-        component.change(handlers.clear_error, [load.message], [load.message], queue=False, **QUIET)
-    load.demo.click(handlers.demo_form, None, form, **QUIET).then(
-        start_run, form, [load.message], **QUIET).then(
+        component.change(handlers.form_error, [load.message, *form], [load.message], queue=False, **QUIET)
+    demo = guard(handlers.demo, "Starting a run", lambda words: [gr.skip()] * len(form) + [words])  # an
+    #                                                      attendee's form stays as it was
+    guard.started(load.demo.click(demo, None, [*form, load.message], **QUIET)).then(
         handlers.progress_now, None, [load.live.progress], **QUIET)
     load.cancel.click(guard(handlers.cancel, "Cancelling"), None, [load.message], api_name="cancel", **HIDDEN)
     endpoint = load.endpoint
     connect = guard(handlers.connect, "Connecting an endpoint", lambda words: (words, gr.skip()))
     endpoint.connect.click(connect, endpoint.inputs(), [endpoint.answer, load.form.engines],
-                           api_visibility="private")  # a page-only action: no API that points the host anywhere
-    results.refresh.click(handlers.load_runs, None, results.listed(), api_name="load_runs")
+                           **QUIET)  # a page-only action: no API that points the host anywhere
+    results.refresh.click(handlers.load_runs, None, results.listed(), api_name="load_runs", **HIDDEN)
     results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
-    env.refresh.click(handlers.environment, None, env.shown, api_name="environment")
+    env.refresh.click(handlers.environment, None, env.shown, api_name="environment", **HIDDEN)

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
+from lab.app.access import CANCEL, START
 from lab.app.dashboard import progress_text
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker
+from lab.estimate import sweep_line
 from lab.load.workloads import WORKLOADS
 from lab.plots_sweep import sweep_figure
 from lab.report import write_report
@@ -48,6 +50,14 @@ class SweepHandlers:
         except ValueError as exc:
             return f"**Input error:** {exc}"
         return message if started else f"**Not started:** {message}"
+
+    def estimate(self, knob, values, users, workload, requests_per_user, output_len) -> str:
+        """How long the sweep would take here (lab.estimate); '' while the form has an input error."""
+        try:
+            return sweep_line(self.host, sweep_plan(knob, values or "", users or "", workload, requests_per_user,
+                                                    output_len))
+        except ValueError:
+            return ""
 
     def values_for(self, knob: str) -> str:
         """The knob's starting values on this device."""
@@ -129,19 +139,21 @@ class SweepTab:
     stored: list  # table and the dropdown's choices, in SweepHandlers.stored's order
     chosen: gr.Dropdown
     files: list  # sweep.json, sweep.csv and the report of the chosen one
+    estimate: gr.Markdown | None = None  # how long Run sweep would take here (lab.estimate)
 
 
 def build_sweep_tab(host: Host, ticker: Ticker, guard: Guard) -> SweepTab:
     """Lay out the Sweeps tab (call inside gr.Tabs) and wire it to ``host`` (Run and Cancel behind ``guard``)."""
     handlers = SweepHandlers(host)
     with gr.Tab("Sweeps", id="sweeps"):
-        tab = _layout(handlers)
+        tab = _layout(handlers, guard)
         _wire(handlers, tab, ticker, guard)
     return tab
 
 
-def _layout(handlers: SweepHandlers) -> SweepTab:
-    """The form, Run and Cancel, the message and progress lines, the figure, the points, the stored sweeps."""
+def _layout(handlers: SweepHandlers, guard: Guard) -> SweepTab:
+    """The form, Run and Cancel (under ``guard``'s rule), the message and progress lines, the figure, the points,
+    the stored sweeps."""
     gr.Markdown(INTRO)
     with gr.Row():
         knob = gr.Dropdown([(f"{k} ({engine})", k) for k, engine in KNOBS.items()], value=DEFAULT_KNOB,
@@ -156,6 +168,11 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     with gr.Row():
         run = gr.Button("Run sweep", variant="primary", elem_id="sweep-run", interactive=False)  # set by the timer
         cancel = gr.Button("Cancel", variant="stop", elem_id="sweep-cancel", interactive=False)
+    guard.gate(START, run)
+    guard.gate(CANCEL, cancel)
+    guard.note("Run sweep and Cancel", "sweep-watch")
+    form = [knob, values, users, workload, requests, output_len]
+    estimate = gr.Markdown(lambda: handlers.estimate(*(box.value for box in form)), elem_id="sweep-estimate")
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
     figure = gr.Plot(sweep_figure({}), label="Measured against the knob", elem_id="sweep-figure")
@@ -168,7 +185,7 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
     with gr.Row():
         files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv"),
                  gr.File(label="report (one HTML file, opens offline)", elem_id="sweep-report")]
-    return SweepTab(knob=knob, values=values, form=[knob, values, users, workload, requests, output_len], run=run,
+    return SweepTab(knob=knob, values=values, form=form, estimate=estimate, run=run,
                     cancel=cancel, message=message, progress=progress, points=[figure, answer, table],
                     stored=[stored, chosen], chosen=chosen, files=files)
 
@@ -176,11 +193,15 @@ def _layout(handlers: SweepHandlers) -> SweepTab:
 def _wire(handlers: SweepHandlers, tab: SweepTab, ticker: Ticker, guard: Guard) -> None:
     """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
     tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private", show_progress="hidden")
-    tab.run.click(guard(handlers.start, "Starting a sweep"), tab.form, [tab.message], api_name="start_sweep",
-        show_progress="hidden")
+    for box in tab.form:  # the knob's change sets its values, whose change redraws the estimate
+        box.change(handlers.estimate, tab.form, [tab.estimate], queue=False, api_visibility="private",
+                   show_progress="hidden")
+    guard.started(tab.run.click(guard(handlers.start, "Starting a sweep"), tab.form, [tab.message],
+                                api_name="start_sweep", show_progress="hidden"))
     tab.cancel.click(guard(handlers.host.cancel, "Cancelling"), None, [tab.message], api_name="cancel_sweep",
-        show_progress="hidden")
-    tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private")
+                     show_progress="hidden")
+    tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private",
+                      show_progress="hidden")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
               (handlers.points_key, handlers.points, tab.points),
               (handlers.ended_key, handlers.stored, tab.stored)]

@@ -10,7 +10,9 @@ a build is at most REBUILD_S old before the next (the tick reads the key of what
 keeps a stale build: the newer one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends
 one tick a second whatever the number of tabs. Each tick is a queued event, the server's cost per page; a room's
 ``Pace`` slows every page alike once the room would tick more often than the server's cores serve cheaply (up to
-5 s a tick: past 25 pages per core the room's ticks grow again, five times slower than with no pace).
+5 s a tick: past 25 pages per core the room's ticks grow again, five times slower than with no pace). A page's
+first frame carries the same groups (lab.app.ui_frame), and its first tick redraws every group once, so that the
+page's session on the server holds what its first frame showed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from pathlib import Path
 import gradio as gr
 from gradio.components.plot import PlotData
 
-Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads])
+from lab.app.access import CANCEL, START
+from lab.app.ui_access import Guard
+
+Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads]): a group that reads
+#               components (an empty list: only the page's request) is the page's own, not shared
+UNSEEN = "unseen"  # a page's keys before its first tick: no key equals it, so the first tick redraws every group
 REBUILD_S = 0.9  # a shared build serves newer keys for this long, just under the page's 1-s tick: a room's pages,
 #                  ticking out of phase, build about once a second, as one page does, and one page still gets
 #                  every tick's change
@@ -48,13 +55,17 @@ class Ticker:
     def add(self, groups: Sequence[Group]) -> None:
         self.groups += groups
 
+    def shared(self) -> list[Group]:
+        """The groups every page shares (the ones a page's first frame can carry)."""
+        return [group for group in self.groups if len(group) == 3]
+
     def wire(self) -> None:
         redraw_on_change(self.groups, self.tick_s, self.quiet, self.pace)
 
 
 def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: Pace) -> None:
     """Wire one timer for ``groups`` (call inside the Blocks); each tick reads the page's interval and may set it."""
-    keys = [gr.State(None) for _ in groups]
+    keys = [gr.State(UNSEEN) for _ in groups]
     shown = [redraw if inputs else Shared(key, redraw) for key, redraw, _, *inputs in groups]  # one that reads
     #        the page's own values is the page's own
     read = [getattr(fn, "key_now", group[0]) for fn, group in zip(shown, groups, strict=True)]
@@ -170,10 +181,14 @@ def current_experiment(host, name: str):
     return result if result is not None and result.experiment == name else None
 
 
-def run_cancel_lines(prefix: str, idle: str) -> tuple:
-    """A task tab's Run and Cancel (pressable as the page timer says), its message line and its progress line
-    (``idle`` until a task of its kind exists); element ids PREFIX-run, -cancel, -message, -progress."""
+def run_cancel_lines(prefix: str, idle: str, guard: Guard) -> tuple:
+    """A task tab's Run and Cancel (put under ``guard``'s rule: an attendee's page shows them disabled, with the
+    note under them), its message line and its progress line (``idle`` until a task of its kind exists); element
+    ids PREFIX-run, -cancel, -watch, -message, -progress."""
     with gr.Row():
         run = gr.Button("Run", variant="primary", elem_id=f"{prefix}-run", interactive=False)
         cancel = gr.Button("Cancel", variant="stop", elem_id=f"{prefix}-cancel", interactive=False)
+    guard.gate(START, run)
+    guard.gate(CANCEL, cancel)
+    guard.note("Run and Cancel", f"{prefix}-watch")
     return run, cancel, gr.Markdown(elem_id=f"{prefix}-message"), gr.Markdown(idle, elem_id=f"{prefix}-progress")

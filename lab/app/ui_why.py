@@ -4,7 +4,8 @@ Pure helpers first (the progress line; the factors table is lab.plots_why's), th
 the layout and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the
 turns measured, and it is stored with the other experiments; the tab lists the stored ladders, each with its report
 (lab.report) to download. As in lab/app/ui_kv.py, the page's one gr.Timer writes a cheap change key and the figure,
-caption and table are redrawn only when it moved.
+caption and table are redrawn only when it moved. Before this app's first ladder the tab shows the newest stored
+one, from the page's first frame (lab.app.ui_frame).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
 from lab.config import whole
+from lab.estimate import experiment_line
 from lab.experiments import parse_params
 from lab.experiments.why import LEVELS, PRESET_WORDS, PRESETS
 from lab.ladder import RUNGS
@@ -49,6 +51,13 @@ def ladder_progress(result) -> str:
     return f"Ladder **{preset}** ({result.id}): status {result.status}: {result.message}"
 
 
+def stored_progress(data: dict) -> str:
+    """The line of a stored ladder shown before this app ran one."""
+    when = data["started_at"].replace("T", " ")[:16]
+    return (f"Last ladder **{data.get('preset', '?')}** ({data['experiment_id']}, {data['status']}, {when} UTC), "
+            "stored: the others are under *Stored ladders*.")
+
+
 # -- handlers ----------------------------------------------------------------------------------------
 class WhyHandlers:
     """The tab's event handlers over one Host."""
@@ -58,9 +67,16 @@ class WhyHandlers:
 
     def start(self, preset: str, repeats, rungs: str, users: str = "") -> str:
         """Start a ladder; returns the message line."""
-        return start_experiment(self.host, "why", lambda: parse_params("why", {
-            "preset": preset, "repeats": whole(repeats, "repeats"), "rungs": rungs or ",".join(RUNGS),
-            "users": (users or "").strip()}))
+        return start_experiment(self.host, "why", lambda: self.params(preset, repeats, rungs, users))
+
+    def params(self, preset: str, repeats, rungs: str, users: str = ""):
+        """The ladder's Params from the form (ValueError naming a bad value)."""
+        return parse_params("why", {"preset": preset, "repeats": whole(repeats, "repeats"),
+                                    "rungs": rungs or ",".join(RUNGS), "users": (users or "").strip()})
+
+    def estimate(self, preset: str, repeats, rungs: str, users: str = "") -> str:
+        """How long the ladder would take here (lab.estimate: the stored ladders of these settings)."""
+        return experiment_line(self.host, "why", lambda: self.params(preset, repeats, rungs, users))
 
     def cancel(self) -> str:
         return self.host.cancel()
@@ -81,12 +97,16 @@ class WhyHandlers:
         return None if result is None else (result.id, result.status == RunStatus.RUNNING)
 
     def result_view(self) -> tuple:
-        """The progress line, the figure, the computed caption and the factors."""
+        """The progress line, the figure, the computed caption and the factors: of this app's ladder, else of the
+        newest stored one."""
         result = self.ladder()
-        if result is None:
+        if result is not None:
+            return (ladder_progress(result), ladder_figure(result), result.fields.get("caption", ""),
+                    factors_table(result.fields))
+        found = list_experiments(self.host.db_path, "why")
+        if not found:
             return NO_LADDER, gr.skip(), gr.skip(), gr.skip()
-        return (ladder_progress(result), ladder_figure(result), result.fields.get("caption", ""),
-                factors_table(result.fields))
+        return stored_progress(found[0]), fields_figure(found[0]), found[0].get("caption", ""), factors_table(found[0])
 
     def stored(self):
         """The stored ladders, newest first, as the dropdown's choices."""
@@ -132,7 +152,9 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
                                scale=3)
             users = gr.Textbox(LEVELS.get(host.check.device, LEVELS["cpu"]), elem_id="why-users", scale=1,
                                label="Users (the whole ladder at each level; empty: the preset's own)")
-        run, cancel, message, progress = run_cancel_lines("why", NO_LADDER)
+        run, cancel, message, progress = run_cancel_lines("why", NO_LADDER, guard)
+        form = [preset, repeats, rungs, users]
+        estimate = gr.Markdown(lambda: handlers.estimate(*(box.value for box in form)), elem_id="why-estimate")
         figure = gr.Plot(label="Output tok/s per rung (measured)", elem_id="why-figure")
         caption = gr.Markdown(elem_id="why-caption")
         factors = gr.DataFrame(label="Factors", elem_id="why-factors", wrap=True)
@@ -141,13 +163,15 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
             refresh = gr.Button("Refresh", size="sm", scale=1)
         report = gr.File(label="The stored ladder's report (one HTML file, opens offline)", elem_id="why-report")
         tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs, users], [message],
-        api_name="start_ladder",
-        show_progress="hidden")
+    guard.started(run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs, users], [message],
+                            api_name="start_ladder", show_progress="hidden"))
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder",
-        show_progress="hidden")
-    refresh.click(handlers.stored, None, [stored], api_visibility="private")
-    stored.change(handlers.show_stored, [stored], [figure, caption, factors, report], api_visibility="private")
+                 show_progress="hidden")
+    refresh.click(handlers.stored, None, [stored], api_visibility="private", show_progress="hidden")
+    for box in form:
+        box.change(handlers.estimate, form, [estimate], queue=False, api_visibility="private", show_progress="hidden")
+    stored.change(handlers.show_stored, [stored], [figure, caption, factors, report], api_visibility="private",
+                  show_progress="hidden")
     ticker.add([(handlers.result_key, handlers.result_view, tab.result),
                 (handlers.ended_key, handlers.stored, [stored])])
     return tab
