@@ -42,7 +42,8 @@ def inside(path: Path, args) -> None:
     lab.notebook.run_cell = timed(lab.notebook.run_cell)
     loop, namespace = asyncio.new_event_loop(), {}
     try:
-        lab.notebook.run_notebook(path, loop, namespace)
+        answers = lab.notebook.run_notebook(path, loop, namespace)[1]
+        print("\n\n".join(f"== answer {i}\n{getattr(a, 'text', a)}" for i, a in enumerate(answers, 1)), flush=True)
     except Exception as exc:  # noqa: BLE001 - said, then the parent goes on
         if getattr(namespace.get("session"), "engines", None):
             loop.run_until_complete(namespace["session"].stop())
@@ -68,13 +69,16 @@ def time_one(path: Path, args) -> tuple[float, str]:
     """(seconds of the child's whole life, "ok", its last words, or where the limit stopped it)."""
     extra = [f"--{flag}={value}" for flag, value in (("model", args.model), ("load-format", args.load_format)) if value]
     began = time.perf_counter()
+    kept = open(Path(args.outputs) / f"{path.stem}.txt", "w") if args.outputs else subprocess.DEVNULL
     child = subprocess.Popen([sys.executable, "-m", "bench.notebook_times", "--inside", str(path), *extra],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stdout=kept, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         said, limit = child.communicate(timeout=args.limit_s)[1], None
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)  # the notebook's engine processes too
         said, limit = child.communicate()[1], args.limit_s
+    if args.outputs:
+        kept.close()
     lines = said.strip().splitlines() or ["no output"]
     if limit or child.returncode:  # its whole stderr (a worker thread's traceback too) goes to this one's
         print(f"== {path.name}'s stderr\n{said}", file=sys.stderr, flush=True)
@@ -90,6 +94,8 @@ def main() -> None:
     parser.add_argument("--limit-s", type=float, default=900, help="stop a notebook after this many seconds")
     parser.add_argument("--model", default=None)
     parser.add_argument("--load-format", default=None, choices=("auto", "dummy"))
+    parser.add_argument("--outputs", default=None, help="keep each notebook's printed output and computed answers "
+                        "in this folder (NN_name.txt)")
     parser.add_argument("--inside", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
@@ -101,6 +107,8 @@ def main() -> None:
     print(f"{read_device(device).name} ({device}), model {args.model or 'embedded'}"
           f"{', random weights' if args.load_format == 'dummy' else ''}; each notebook in a fresh process", flush=True)
     total = 0.0
+    if args.outputs:
+        Path(args.outputs).mkdir(parents=True, exist_ok=True)
     for path in (p for p in sorted(NOTEBOOKS.glob("*.ipynb")) if not args.notebooks or p.stem[:2] in args.notebooks):
         seconds, status = time_one(path, args)
         total += seconds
