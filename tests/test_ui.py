@@ -958,9 +958,13 @@ def test_kv_tab_draws_vllms_real_block_table_at_a_chosen_step_and_the_most_holde
 
     host, url = served
     page = open_kv_tab(browser, url, viewport={"width": 1400, "height": 1500})
+    before = host.experiment
     run_kv(page, "table", "")
-    wait_text(page, "#kv-message", "Experiment table", 30)
-    wait_text(page, "#kv-progress", "status ok", 300)
+    deadline = time.monotonic() + 300  # the page's first frame shows the last experiment's "status ok": wait for ours
+    while not (host.experiment is not before and host.experiment.experiment == "table" and host.experiment.ended_at):
+        assert time.monotonic() < deadline, getattr(host.experiment, "message", "no experiment")
+        time.sleep(0.2)
+    wait_text(page, "#kv-progress", "status ok", 60)
     result = host.experiment
     own = result.engine_args["vllm"]  # the experiment's own engine, not the session's pool
     assert (own["num_kv_blocks"], own["block_size"]) == (48, 32) == (result.fields["num_blocks"],
