@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from lab.capacity import little_line, littles_law
+from lab.capacity import littles_law
+from lab.capacity.words import little_line
 
 
 def read_rows(folder: Path) -> list[dict]:

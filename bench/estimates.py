@@ -48,7 +48,7 @@ def timed(host, plan) -> tuple[float, float, str, str]:
     started, message = host.submit(plan)
     if not started:
         raise RuntimeError(message)
-    result = host.wait_run()
+    result = host.wait_task()
     return result.estimate_s, result.ended_s - result.origin_s, str(result.status), f"{load}-{os.getloadavg()[0]:.1f}"
 
 
@@ -98,7 +98,7 @@ def main() -> None:
               f"{'status':<9} {'load avg':>9}")
         label = f"demo {demo.users} {demo.workload} {demo.output_len} {demo.requests_per_user} x{demo.repeats}"
         print(row(f"{label} (probe)", *timed(host, demo.plan(config)), target=DEMO_TARGET), flush=True)
-        print(machine_line(host.result), flush=True)
+        print(machine_line(host.last("run")), flush=True)
         for users, workload, out, per_user, repeats in ([] if args.demo_only else RUNS):
             load = LoadConfig(users=users, workload=workload, output_len=out, requests_per_user=per_user,
                               repeats=repeats)

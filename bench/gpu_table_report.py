@@ -108,11 +108,11 @@ class Recorder:
         self.pending_engine = text.split(": ", 1)[1].split(" ", 1)[0] if text.startswith("starting engine") else None
         logging.getLogger("gpu_table").info("%s | torch %s", text, self.events[-1]["torch"])
 
-    # Observer protocol (lab.runs): one level per engine per plan here
-    def on_start(self, result) -> None:
-        pass
-
-    def on_update(self, result) -> None:
+    # the run's progress channel (lab.runs: notify): one level per engine per plan here
+    def __call__(self, result) -> None:
+        if result.ended_at:
+            self._close()
+            return
         level = result.levels[-1] if result.levels else None
         if level is not None and level is not self.current and str(level.status) == "running":
             self._close()
@@ -122,9 +122,6 @@ class Recorder:
                 torch.cuda.reset_peak_memory_stats()
         elif level is self.current and level is not None and str(level.status) != "running":
             self._close()
-
-    def on_complete(self, result) -> None:
-        self._close()
 
     def _close(self) -> None:
         if self.current is None:
@@ -190,7 +187,7 @@ async def run(args) -> int:
             result = session.new_result(plan)
             t0 = time.monotonic()
             try:
-                await asyncio.wait_for(session.run(plan, [recorder], result), timeout=left)
+                await asyncio.wait_for(session.run(plan, recorder, result), timeout=left)
             except TimeoutError:
                 print(f"{args.tag}: {workload} at {users} users cut at the deadline (kept as .partial)")
             folder = unit_dir(root, args.tag, workload, users)

@@ -120,7 +120,7 @@ def report(service, plan: RunPlan, timed: TimedCut) -> None:
         raise SystemExit(message)
     follower = threading.Thread(target=lambda: caller_s.extend(follow(service, done)))
     follower.start()
-    result = host.wait_run()
+    result = host.wait_task()
     done.set()
     follower.join()
     tok_s = ", ".join(f"{lvl.engine}@{lvl.users} {lvl.summary.output_tok_s:,.0f}" for lvl in result.levels)

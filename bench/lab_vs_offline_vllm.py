@@ -311,7 +311,7 @@ def verdict(top: str, bottom: str, ratios: list[float]) -> str:
 
 
 def heading(args, config: EngineConfig, model_path: str) -> str:
-    from lab.engines.vllm import kv_budget_bytes
+    from lab.memory import kv_budget_bytes
 
     lengths = f"{args.output_len} output tokens each" if args.output_len else "the workload's output lengths"
     return (f"{args.requests} requests at once, {args.workload}, {lengths}, "

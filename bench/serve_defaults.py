@@ -2,7 +2,7 @@
 
 Two served vLLMs (AsyncLLM) load side by side in one process: ``old`` with the lab's former caps (2,048 tokens and
 256 sequences a step: AsyncLLM's fallback and the lab's own sequence cap) and ``serve`` with what the lab now
-gives by default (`vllm serve`'s caps for the device, asked of vLLM: lab.engines.vllm.batch_limits). Each workload
+gives by default (`vllm serve`'s caps for the device, asked of vLLM: lab.engines.vllm_caps.batch_limits). Each workload
 is one `lab bench`-like run whose levels interleave the two faces repeat by repeat (lab.runs.level_order), so
 drift favours neither. Prints tok/s and TTFT p50/p99 per face and repeat, and writes each run's summary.json.
 
@@ -40,7 +40,7 @@ def register_faces() -> None:
 
     for face in FACES:
         register(EngineSpec(face, f"vLLM ({face})", "lab.engines.vllm:VLLMEngine", f"vLLM, {face} step caps",
-                            paged=True, kv_pool=True))
+                            paged=True, memory="pool"))
 
 
 async def start_faces(config, model_path: str) -> dict:

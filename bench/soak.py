@@ -95,7 +95,7 @@ def soak(host, plan: RunPlan, minutes: float | None = None, runs: int | None = N
         started, message = host.submit(plan)
         if not started:
             raise RuntimeError(f"the soak's run did not start: {message}")
-        result = host.wait_run()
+        result = host.wait_task()
         samples.append(read_sample(host, len(samples) + 1, began, result))
         if on_sample:
             on_sample(samples[-1])

@@ -31,7 +31,9 @@ DIR/requests.csv, and stores the result; exit codes as for bench (a search stopp
 
 writes one self-contained HTML file of a run, an experiment (the why ladder too) or a sweep: the page's figures,
 the computed sentences, tables, parameters, engine args, device and versions; --list prints the stored ids.
-vLLM's own log lines go to stderr, so that stdout holds only what the command prints.
+vLLM's own log lines go to stderr, so that stdout holds only what the command prints. Every task command (bench,
+experiment, explain, sweep, capacity) goes through one runner (``run_jobs``) and is stored in the results database
+as it goes, as the page stores its tasks.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from lab import LOG_FORMAT
 from lab.config import (
@@ -57,18 +62,20 @@ from lab.config import (
 )
 from lab.engines import registry
 from lab.experiments import EXPERIMENTS
-from lab.ladder import RUNGS
+from lab.experiments.ladder import RUNGS
 from lab.load.workloads import WORKLOADS
 from lab.metrics import ratio_pairs, ratio_spreads
 from lab.options import add_engine_args, add_engines_arg, engine_config_from, engines_from, number_arg, whole_arg
 from lab.status import RunStatus
 from lab.sweeps import KNOBS
+from lab.tasks import spec_of
 
 log = logging.getLogger("lab")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI's parser: bench, setup-model and env."""
+    """The CLI's parser: the task commands (bench, experiment, explain, sweep, capacity: each a job for run_jobs),
+    check, serve, report, env and setup-model, each with the engine options (lab.options)."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="load-test HF and vLLM side by side")
@@ -153,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_capacity_parser(sub) -> None:
-    """``capacity``: the most users (or req/s) each engine serves under a latency target (lab/capacity.py)."""
+    """``capacity``: the most users (or req/s) each engine serves under a latency target (lab/capacity/)."""
     from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, REQUESTS_PER_USER
 
     cap = sub.add_parser("capacity", help="how many users each engine serves under a latency target (p95 TTFT...)")
@@ -199,31 +206,51 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
 
 
 class ConsoleProgress:
-    """A tqdm bar over all planned requests, with the current engine and level as its label."""
+    """A run's progress on the one channel: a tqdm bar over all planned requests, the current engine and level as
+    its label, closed as the run ends."""
 
     def __init__(self) -> None:
         self.bar = None
         self.done = 0
 
-    def on_start(self, result) -> None:
-        from tqdm import tqdm
-
-        load = result.plan.load
-        total = None
-        if load.requests_per_user is not None:
-            total = sum(load.users) * load.requests_per_user * len(result.plan.engines) * load.repeats
-        self.bar = tqdm(total=total, unit="req", file=sys.stderr, dynamic_ncols=True)
-
-    def on_update(self, result) -> None:
+    def __call__(self, result) -> None:
+        if self.bar is None:
+            self.bar = self._open(result.plan)
         done = sum(len(level.records) for level in result.levels)
         if done != self.done:
             self.bar.update(done - self.done)
             self.done = done
         self.bar.set_description_str(result.message, refresh=False)
+        if result.ended_at:
+            self.bar.close()
 
-    def on_complete(self, result) -> None:
-        self.on_update(result)
-        self.bar.close()
+    @staticmethod
+    def _open(plan):
+        from tqdm import tqdm
+
+        load, total = plan.load, None
+        if load.requests_per_user is not None:
+            total = sum(load.users) * load.requests_per_user * len(plan.engines) * load.repeats
+        return tqdm(total=total, unit="req", file=sys.stderr, dynamic_ncols=True)
+
+
+class ProbeLines:
+    """A capacity search's progress on the one channel: one line on stderr per finished probe."""
+
+    def __init__(self) -> None:
+        self.printed = 0
+
+    def __call__(self, result) -> None:
+        from lab.capacity import probe_line
+
+        for name, probe in result.probes[self.printed:]:
+            print(probe_line(name, probe, result.plan), file=sys.stderr, flush=True)
+        self.printed = len(result.probes)
+
+
+def said(what: str):
+    """An experiment's or a sweep's progress on the one channel: its message, logged."""
+    return lambda result: log.info("%s: %s", what, result.message)
 
 
 def ms(value: float | None) -> str:
@@ -261,13 +288,14 @@ def format_table(result) -> str:
         for users, ratio in result.ratio(base, top).items():
             found = spreads.get(users)
             between = f" (repeats: {found.low:.2f}-{found.high:.2f}x, n={found.n})" if found and found.n > 1 else ""
-            lines.append(f"{short_name(top)}/{short_name(base)} output tok/s at {users} users: {ratio:.2f}x{between}")
+            pair = f"{registry.label(top)}/{registry.label(base)}"
+            lines.append(f"{pair} output tok/s at {users} users: {ratio:.2f}x{between}")
     return "\n".join(lines + turn_lines(summary_dict(result)))
 
 
 def turn_lines(summary: dict) -> list[str]:
     """A chat run's per-turn table (prompt, prefix-cache hits, TTFT per turn number) and its computed sentences."""
-    from lab.sentences import chat_answer
+    from lab.metrics.turns_words import chat_answer
 
     rows = summary.get("turns") or []
     if not rows:
@@ -280,11 +308,6 @@ def turn_lines(summary: dict) -> list[str]:
                      f"{row['prompt_tokens_mean']:>7.0f} {f'{hit:.0%}' if hit is not None else '-':>7} "
                      f"{ms(row['ttft_p50_s']):>9}")
     return lines + chat_answer(summary)
-
-
-def short_name(engine: str) -> str:
-    """An engine's name in the CLI's ratio lines (the plots' short labels; endpoints keep their names)."""
-    return registry.label(engine)
 
 
 def say_failure(what: str, exc: Exception) -> None:
@@ -306,28 +329,94 @@ def print_agreement(session) -> None:
             print(line, file=sys.stderr)
 
 
-async def bench(plan: RunPlan, out: str, check=None) -> int:
-    """Load the engines, run the plan, print the table and write the files (also after a failure)."""
-    from lab.runs import write_run
+@dataclass
+class Job:
+    """One task for the runner: its request (its kind: lab.tasks), its folder, how it prints and its progress."""
+
+    plan: Any
+    out: str
+    show: Callable
+    progress: Callable
+    stem: tuple = ()  # an experiment's file stem: experiment (the default) or explain
+
+    def write(self, result) -> dict:
+        """Its files (its kind's writer)."""
+        return spec_of(self.plan).write(result, self.out, *self.stem)
+
+
+class Keeper:
+    """The runner's listener on the one progress channel: the console's progress, the files where its kind rewrites
+    them as it goes, and the history at each of its checkpoints (lab.store.save_at_checkpoint)."""
+
+    def __init__(self, job: Job):
+        self.job, self.stored = job, None
+
+    def __call__(self, result) -> None:
+        from lab.store import default_db_path, keep, save_at_checkpoint
+
+        self.job.progress(result)
+        if spec_of(self.job.plan).write_live:
+            self.job.write(result)
+        self.stored = save_at_checkpoint(result, self.stored, lambda ended: keep(default_db_path(), ended))
+
+
+def session_engines(config: EngineConfig, jobs: list[Job]) -> tuple[str, ...]:
+    """The engines the jobs' session loads: each job's kind says which its request needs (TaskSpec.engines), in the
+    order the jobs first name them."""
+    wanted = (name for job in jobs for name in spec_of(job.plan).engines(job.plan, config))
+    return tuple(dict.fromkeys(wanted))
+
+
+def run_jobs(config: EngineConfig, jobs: list[Job]) -> int:
+    """The one runner every task command uses: check every job (ValueError: exit 2, nothing loaded), start the
+    session on the engines the jobs need, run each job in turn (stopping after one that did not end ok), write,
+    store and print each (also when it fails: what it measured is kept), stop the session. 0 when every job ended
+    ok, else 1."""
+    from lab.session import check_session, run_async
+
+    for job in jobs:
+        spec_of(job.plan).check(job.plan, config, None)
+    engines = session_engines(config, jobs)
+    check = check_session(config, engines)
+    for job in jobs:
+        if warning := spec_of(job.plan).warning(job.plan, check.memory):
+            print(f"warning: {warning}", file=sys.stderr)
+    return run_async(_run_jobs(config, engines, check, jobs))
+
+
+async def _run_jobs(config: EngineConfig, engines, check, jobs: list[Job]) -> int:
     from lab.session import LabSession, settle_heap
 
-    session = LabSession(plan.engine, plan.engines, check)
-    result = None
+    # several jobs on one session: the rung engines a ladder starts stay loaded for the next (lab.session)
+    session, codes = LabSession(config, engines, check, keep_rungs=len(jobs) > 1), []
     try:
-        await session.start()
-        settle_heap()
-        print_agreement(session)
-        result = session.new_result(plan)
-        await session.run(plan, [ConsoleProgress()], result)
+        if not all(spec_of(job.plan).starts_session for job in jobs):
+            await session.start()
+            settle_heap()
+            print_agreement(session)
+        for job in jobs:
+            codes.append(await run_job(session, job))
+            if codes[-1]:
+                break
     except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
-        say_failure("bench", exc)
+        say_failure(spec_of(jobs[0].plan).kind, exc)
+        codes.append(1)
     finally:
-        if result is not None:
-            paths = write_run(result, out)
-            print(format_table(result))
-            say_end(result, paths.values())
         await session.stop()
-    return 0 if result is not None and result.status == RunStatus.OK else 1
+    return max(codes)
+
+
+async def run_job(session, job: Job) -> int:
+    """One job on a started session: its result, run with progress (which stores it), then written and printed."""
+    task = spec_of(job.plan)
+    result = task.new(session, job.plan)
+    try:
+        await task.run(session, job.plan, result, Keeper(job))
+    finally:
+        paths = job.write(result)
+        job.show(result)
+        say_end(result, paths.values())
+    return 0 if result.status == RunStatus.OK else 1
 
 
 async def agree(config: EngineConfig, engines: tuple[str, ...], check, as_json: bool) -> int:
@@ -377,64 +466,36 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Check every rule first (exit 2), warn about a KV pool too small for the plan, then run it."""
-    from lab.memory import kv_fit_warning
-    from lab.session import check_session, run_async
-
     plan = plan_from(args)
-    check = check_session(plan.engine, plan.engines)
-    warning = kv_fit_warning(plan, check.memory)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
-    return run_async(bench(plan, args.out, check))
+    return run_jobs(plan.engine, [Job(plan, args.out, print_table, ConsoleProgress())])
 
 
 def run_experiment_cli(args: argparse.Namespace) -> int:
     """Validate the experiment's parameters and the session (exit 2), then run it and write its files."""
-    from lab.experiments import module, parse_pairs, parse_params, validate
-    from lab.session import check_session, run_async
+    from lab.experiments import ExperimentPlan, parse_pairs, parse_params
 
-    params = parse_params(args.name, parse_pairs(" ".join(args.param)))
-    config, engines = engine_config_from(args), module(args.name).ENGINES
-    validate(args.name, params, config)
-    check = check_session(config, engines)
-    return run_async(experiment(args.name, params, config, engines, check, args.out or f"results/{args.name}"))
+    plan = ExperimentPlan(args.name, parse_params(args.name, parse_pairs(" ".join(args.param))))
+    job = Job(plan, args.out or f"results/{args.name}", print_fields, said(args.name))
+    return run_jobs(engine_config_from(args), [job])
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    """Validate preset, repeats and rungs and the session (exit 2), then climb the ladder and write explain.json."""
-    from lab.experiments import validate
+    """Validate preset, repeats and rungs and the session (exit 2), then climb the ladder and write explain.json;
+    several presets run on one session that keeps the rung engines loaded between them, into DIR/PRESET/."""
+    from lab.experiments import ExperimentPlan
     from lab.experiments.why import Params, preset_config
     from lab.memory import model_kv_bytes_per_token
     from lab.model import resolve_model
-    from lab.session import check_session, run_async
 
     presets = [p.strip() for p in args.preset.split(",") if p.strip()] or [""]
     every = [Params(preset=p, repeats=args.repeats, rungs=args.rungs, users=args.users) for p in presets]
     config = engine_config_from(args)
-    for params in every:
-        validate("why", params, config)
-    if len(every) > 1:  # each preset applies its own settings to the config given here
-        return run_async(ladders(every, config, check_session(config, ()), args.out))
-    per_token = model_kv_bytes_per_token(resolve_model(config.model), config.resolved_dtype())
-    config = preset_config(every[0], config, per_token)  # the session's hf and vllm are then the rungs' own
-    check = check_session(config, ("hf", "vllm"))
-    return run_async(experiment("why", every[0], config, ("hf", "vllm"), check, args.out, "explain", print_ladder))
-
-
-async def ladders(every: list, config: EngineConfig, check, out: str) -> int:
-    """Several presets on one session, the rung engines kept loaded between them: DIR/PRESET/explain.json each."""
-    from lab.experiments.why import stop_pool
-
-    pool, codes = {}, []
-    try:
-        for params in every:
-            codes.append(await experiment("why", params, config, (), check, f"{out}/{params.preset}",  # all pooled
-                                          "explain", print_ladder, pool))
-            if codes[-1]:
-                break
-    finally:
-        await stop_pool(pool)
-    return max(codes)
+    if len(every) == 1:  # the session runs the preset's settings: its hf and vllm are then the rungs' own
+        per_token = model_kv_bytes_per_token(resolve_model(config.model), config.resolved_dtype())
+        config = preset_config(every[0], config, per_token)
+    jobs = [Job(ExperimentPlan("why", params), args.out if len(every) == 1 else f"{args.out}/{params.preset}",
+                print_ladder, said("why"), ("explain",)) for params in every]
+    return run_jobs(config, jobs)  # the ladder's kind says which engines the session loads (why.engines)
 
 
 def print_ladder(result) -> None:
@@ -469,76 +530,19 @@ def print_fields(result) -> None:
                      indent=2, default=str))
 
 
-async def experiment(name: str, params, config: EngineConfig, engines, check, out: str, stem: str = "experiment",
-                     show=print_fields, pool: dict | None = None) -> int:
-    """Start the engines it needs, run it, print its fields, write and store it (also when it fails). ``pool``:
-    engines a ladder starts beyond the session's, kept there for the next (the caller stops them)."""
-    from lab.experiments import new_result, run_experiment, write_experiment
-    from lab.session import LabSession
-    from lab.store import default_db_path, save
-
-    session = LabSession(config, engines, check)
-    session.ladder_pool = pool
-    result = None
-    try:
-        await session.start()
-        print_agreement(session)
-        result = new_result(session, name, params)
-        def progress(r) -> None:  # the files follow the result: a run killed from outside keeps what it measured
-            log.info("%s: %s", name, r.message)
-            write_experiment(r, out, stem)
-
-        await run_experiment(session, name, params, result, progress)
-    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
-        say_failure("experiment", exc)
-    finally:
-        if result is not None:
-            paths = write_experiment(result, out, stem)
-            save(default_db_path(), result)
-            show(result)
-            say_end(result, paths.values())
-        await session.stop()
-    return 0 if result is not None and result.status == RunStatus.OK else 1
-
-
 def run_sweep_cli(args: argparse.Namespace) -> int:
     """Validate the knob, every value and the load (exit 2), then sweep on the knob's engine alone."""
-    from lab.session import check_session, run_async
     from lab.sweeps import sweep_plan
 
     plan = sweep_plan(args.knob, args.values, args.users, args.workload, args.requests_per_user, args.output_len)
-    config = engine_config_from(args)
-    plan.check(config)
-    check = check_session(config, (plan.engine,))
-    return run_async(sweep(plan, config, check, args.out or f"results/sweep-{args.knob}"))
-
-
-async def sweep(plan, config: EngineConfig, check, out: str) -> int:
-    """Start the knob's engine, sweep, print the points, write the files (also when it fails)."""
-    from lab.session import LabSession
-    from lab.sweeps import new_sweep, run_sweep, write_sweep
-
-    session = LabSession(config, (plan.engine,), check)
-    result = new_sweep(session, plan)
-    try:
-        await session.start()
-        await run_sweep(session, plan, result, lambda r: log.info("sweep: %s", r.message))
-    except Exception as exc:  # noqa: BLE001 - an engine that fails to start: say why, exit 1
-        say_failure("sweep", exc)
-    finally:
-        paths = write_sweep(result, out)
-        print(json.dumps(result.points, indent=2, default=str))
-        say_end(result, paths.values())
-        await session.stop()
-    return 0 if result.status == RunStatus.OK else 1
+    job = Job(plan, args.out or f"results/sweep-{args.knob}", print_points, said("sweep"))
+    return run_jobs(engine_config_from(args), [job])
 
 
 def run_capacity_cli(args: argparse.Namespace) -> int:
     """Check the targets, bounds, load and session (exit 2), then search each engine's capacity and write
     DIR/capacity.json (after every probe) and DIR/requests.csv, and store the result (also when it fails)."""
-    from lab.capacity import capacity_plan, format_capacity, new_capacity, probe_line, run_capacity, write_capacity
-    from lab.session import LabSession, check_session, run_async
-    from lab.store import default_db_path, save
+    from lab.capacity import capacity_plan
 
     config = engine_config_from(args)
     plan = capacity_plan(args.slo, engines_from(args), config, workload=args.workload, max_users=args.max_users,
@@ -546,27 +550,24 @@ def run_capacity_cli(args: argparse.Namespace) -> int:
                          output_len=args.output_len, warmup=args.warmup, seed=args.seed, think_s=args.think_time,
                          rate_search=args.rate_search, start_rate=args.start_rate, max_rate=args.max_rate,
                          time_limit_s=args.time_limit)
-    check = check_session(config, plan.engines)
+    return run_jobs(config, [Job(plan, args.out, print_capacity, ProbeLines())])
 
-    def keep(result) -> None:  # after every probe: a run killed from outside keeps what it measured
-        write_capacity(result, args.out, requests=False)
-        save(default_db_path(), result)
 
-    async def search() -> int:
-        session = LabSession(config, plan.engines, check)
-        result = new_capacity(session, plan)
-        try:
-            await run_capacity(session, plan, result, keep, lambda name, probe: print(
-                probe_line(name, probe, plan), file=sys.stderr, flush=True))
-        finally:
-            paths = write_capacity(result, args.out)
-            save(default_db_path(), result)
-            print(format_capacity(result.to_dict()))
-            say_end(result, paths.values())
-            await session.stop()
-        return 0 if result.status == RunStatus.OK else 1
+def print_table(result) -> None:
+    """A run's table (format_table)."""
+    print(format_table(result))
 
-    return run_async(search())
+
+def print_points(result) -> None:
+    """A sweep's points as JSON."""
+    print(json.dumps(result.points, indent=2, default=str))
+
+
+def print_capacity(result) -> None:
+    """A capacity search's table and sentences."""
+    from lab.capacity import format_capacity
+
+    print(format_capacity(result.to_dict()))
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -627,8 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         print(build_embedded_model())
         return 0
     commands = {"env": run_env, "check": run_check, "bench": run_bench, "experiment": run_experiment_cli,
-                "explain": run_explain,
-                "sweep": run_sweep_cli, "capacity": run_capacity_cli, "serve": run_serve, "report": run_report}
+                "explain": run_explain, "sweep": run_sweep_cli, "capacity": run_capacity_cli, "serve": run_serve,
+                "report": run_report}
     try:
         return commands[args.command](args)
     except ValueError as exc:  # a rule broken before anything loaded

@@ -24,7 +24,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 MODEL_IMPLS = ("auto", "vllm", "transformers")  # vLLM's --model-impl
 CUDA_BLOCK_SIZES = (16, 32)
 DEFAULT_USERS = (1, 5, 10, 20)
-MAX_USERS = 256  # concurrent users per level; past vLLM's max_num_seqs (lab.engines.vllm.batch_limits) they only queue
+MAX_USERS = 256  # concurrent users per level; past vLLM's max_num_seqs (lab.engines.vllm_caps) they only queue
 MAX_REQUESTS = 2048  # measured requests per level (users x requests per user)
 MAX_RATE = 10_000.0  # requests per second an open-loop level may ask for
 SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound (seconds; lab.metrics defines each)
@@ -79,7 +79,7 @@ class Endpoint:
 
 def batch_limits_clash(tokens: int, seqs: int, sources: dict | None = None) -> str:
     """The refusal of a step token cap below the step sequence cap (vLLM schedules a token per sequence a step);
-    ``sources`` says where a cap the user did not set came from (lab.engines.vllm.batch_sources)."""
+    ``sources`` says where a cap the user did not set came from (lab.engines.vllm_caps.batch_sources)."""
     said = {name: f" ({how})" for name, how in (sources or {}).items() if how != "set"}
     return (f"max_num_batched_tokens {tokens}{said.get('max_num_batched_tokens', '')} is below max_num_seqs "
             f"{seqs}{said.get('max_num_seqs', '')}, the limit vLLM sets: a step holds at least one token per "
@@ -122,13 +122,13 @@ class EngineConfig:
             on a GPU it overrides gpu_memory_utilization. None: on CPU 0.25 GiB in bf16, 0.5 in float32
             (91 blocks of 128 tokens for SmolLM2-135M: a 20-user `mixed` run fills about two thirds of it);
             on GPU, within gpu_memory_utilization, a pool sized to the Workshop demo's top level
-            (lab.engines.vllm.demo_sized_blocks).
+            (lab.memory.demo_sized_blocks).
         gpu_memory_utilization: Fraction of the GPU's TOTAL memory vLLM may take (weights + KV pages),
             not of free memory; 0.5 leaves the other half for the HF model on the same card.
         block_size: Tokens per vLLM KV block. None: the engine default (128 on CPU, 16 on CUDA).
             vLLM's CPU build accepts only multiples of 32.
         max_num_seqs: vLLM's cap on sequences per step. None: what `vllm serve` gives on this device (vLLM's
-            defaults for its OpenAI server, asked of vLLM when the engine is built: lab.engines.vllm.batch_limits).
+            defaults for its OpenAI server, asked of vLLM when the engine is built: lab.engines.vllm_caps.batch_limits).
         max_num_batched_tokens: vLLM's cap on tokens per step (prefill chunks and decodes together). None:
             `vllm serve`'s default on this device, as for max_num_seqs.
         hf_max_batch_size: Static-batch cap of the HF baseline; 32 covers the 20-user level.

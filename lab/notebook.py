@@ -1,13 +1,14 @@
 """What the guided notebooks share: starting a session, predictions, and answers that stay collapsed.
 
-Every notebook in ``notebooks/`` follows one shape: learn, **predict**, run, look, **explain**, exercise,
-and an answer that computes from the run's own numbers. ``answer()`` renders as a collapsed
-``<details>`` block in Jupyter (click to open) and as plain text anywhere else; ``against()`` puts the
-learner's prediction beside the figure, labelled measured or computed by lab.labels' one rule; ``story()`` closes a
-notebook with its finding placed in the story the notebooks tell (lab.story). ``noise()`` says which lines of a
-notebook's output an engine or a library wrote (the notebook tests and bench.notebook_kernel check there are none).
-Nothing here computes a metric: the numbers come from lab.metrics, lab.experiments and lab.sweeps, the same the
-dashboard and the CLI show.
+Every notebook in ``notebooks/`` follows one shape: learn, **predict**, run, look, **explain**, exercise, and an
+answer that computes from the run's own numbers. ``answer()`` renders as a collapsed ``<details>`` block in Jupyter
+(click to open) and as plain text anywhere else; ``against()`` puts the learner's prediction beside the figure,
+labelled measured or computed by lab.words.labels' one rule; ``story()`` closes a notebook with its finding placed in
+the story the notebooks tell (lab.words.story). ``noise()`` says which lines of a notebook's output an engine or a
+library wrote (the notebook tests and bench.notebook_kernel check there are none). ``run_notebook()`` runs one without
+Jupyter (its tests, bench.notebook_times), optionally as a learner who set its knobs (top-level ``NAME = value``
+lines) to other values would. Nothing here computes a metric: the numbers come from lab.metrics, lab.experiments and
+lab.sweeps, the same the dashboard and the CLI show.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import EngineConfig
-from lab.labels import kind, label
+from lab.engines.registry import default_names
 from lab.session import LabSession
+from lab.words.labels import kind, label
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,13 @@ def answer(*lines: str) -> Answer:
 
 
 def story(sentence: str) -> Answer:
-    """A notebook's closing answer: its finding placed in the story the notebooks tell (lab.story)."""
+    """A notebook's closing answer: its finding placed in the story the notebooks tell (lab.words.story)."""
     return Answer(sentence, title="Where this fits in the story (click to open): computed from this run")
 
 
 def against(prediction, value: float, unit: str = "", origin: str = "engine") -> str:
     """The learner's prediction beside the figure, labelled measured or computed by its ``origin``
-    (lab.labels.ORIGINS: "engine" for what an engine reported; "formula", "shape" or "arithmetic" for what the lab
+    (lab.words.labels.ORIGINS: "engine" for what an engine reported; "formula", "shape" or "arithmetic" for what the lab
     worked out); a blank prediction says so."""
     shown = f"{value:,.3g}{unit}" if isinstance(value, float) else f"{value:,}{unit}"
     if prediction is None:
@@ -128,7 +130,7 @@ def on_gpu() -> bool:
     return EngineConfig().resolved_device() == "cuda"
 
 
-async def start_session(engines: tuple[str, ...] = ("hf", "vllm"), **overrides) -> LabSession:
+async def start_session(engines: tuple[str, ...] = default_names(), **overrides) -> LabSession:
     """Load the embedded model on ``engines`` with the lab's defaults plus ``overrides`` (EngineConfig's
     fields), the engines' log lines kept out of the cells; with two engines the agreement check runs too
     (``session.agreement``). On a GPU vLLM's KV budget is GPU_KV_GIB and HF's batch GPU_HF_BATCH unless
@@ -166,14 +168,42 @@ def run_cell(source: str, namespace: dict, loop: asyncio.AbstractEventLoop, name
     return value
 
 
-def run_notebook(path: Path, loop: asyncio.AbstractEventLoop, namespace: dict | None = None) -> tuple[dict, list]:
+def run_notebook(path: Path, loop: asyncio.AbstractEventLoop, namespace: dict | None = None,
+                 knobs: dict | None = None) -> tuple[dict, list]:
     """Run every code cell on ``loop`` in one namespace (``namespace``, if given, which keeps what the cells made
-    should one fail); returns the namespace and the values of the answer cells."""
+    should one fail), as a learner who set ``knobs`` would (set_knobs); returns the namespace and the values of the
+    answer cells."""
     namespace = {} if namespace is None else namespace
     answers = []
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell["cell_type"] == "code":
-            value = run_cell("".join(cell["source"]), namespace, loop, path.name)
-            if "answer" in cell["metadata"].get("tags", []):
-                answers.append(value)
+    for cell in code_cells(path, knobs or {}):
+        value = run_cell("".join(cell["source"]), namespace, loop, path.name)
+        if "answer" in cell["metadata"].get("tags", []):
+            answers.append(value)
     return namespace, answers
+
+
+def code_cells(path: Path, knobs: dict) -> list[dict]:
+    """The notebook's code cells, each top-level ``NAME = ...`` of a name in ``knobs`` set to its value instead
+    (a learner's edit); a knob that no cell assigns is refused (ValueError), so that a renamed one is not silently
+    left at the learner's size."""
+    cells = [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+    edited = [set_knobs("".join(cell["source"]), knobs) for cell in cells]
+    missing = set(knobs) - set().union(*(names for _, names in edited))
+    if missing:
+        raise ValueError(f"{path.name}: no cell assigns {', '.join(sorted(missing))}")
+    return [cell | {"source": source} for cell, (source, _) in zip(cells, edited, strict=True)]
+
+
+def set_knobs(source: str, knobs: dict) -> tuple[str, set]:
+    """``source`` with the value of each top-level ``NAME = value`` whose NAME is in ``knobs`` replaced by the knob's
+    (its repr; a comment after it kept), and the names it replaced."""
+    lines, found = [line.encode() for line in source.splitlines(keepends=True)], set()  # ast's offsets: bytes
+    assigns = [node for node in ast.parse(source).body if isinstance(node, ast.Assign) and len(node.targets) == 1
+               and isinstance(node.targets[0], ast.Name) and node.targets[0].id in knobs]
+    for node in reversed(assigns):  # from the last, so that earlier offsets stay right
+        value, name = node.value, node.targets[0].id
+        first, last = lines[value.lineno - 1], lines[value.end_lineno - 1]
+        lines[value.lineno - 1:value.end_lineno] = [
+            first[:value.col_offset] + repr(knobs[name]).encode() + last[value.end_col_offset:]]
+        found.add(name)
+    return b"".join(lines).decode(), found

@@ -8,7 +8,7 @@ kind as it starts (which closes it), is stored with that task under ``prediction
 task has ended, holds the measured answer. Showing the answers only then keeps the room from anchoring on each other.
 
 Pure: the host holds a Round; the page draws ``histogram``'s bins and the words of ``round_words`` and
-``room_sentence``; lab.plots_predict draws the figure.
+``room_sentence``; lab.plots.predict draws the figure.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lab.config import decimal
-from lab.ladder import CHAIN, RUNGS, largest_clear, skip_reason
+from lab.experiments.ladder import CHAIN, RUNGS, largest_clear, skip_reason
 from lab.metrics import ratios_by_users
-from lab.sentences import spread_words
 from lab.store import top_level
+from lab.words import spread_words
 
 RATIO, STEP = "ratio", "step"
 QUESTIONS = {RATIO: "vLLM/HF output tok/s at the next load test's top user level",

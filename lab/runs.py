@@ -3,7 +3,8 @@
 ``execute`` drives started engines through a RunPlan, level by level (engines interleaved at each
 user level, so the ratio fills in as it goes). It never loses data: a request that fails is a record,
 a level that fails or is cancelled keeps the records it made, and the RunResult says how it ended.
-Observers (console bar, UI, tests) get on_start / on_update / on_complete with the live RunResult.
+Progress goes to one ``notify(result)`` (the channel every task kind shares, lab.tasks.TaskSpec): called as the
+run starts, whenever it changed, and once it ended (``ended_at`` set).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import io
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from lab.config import RunPlan
 from lab.engines import registry
@@ -45,7 +46,7 @@ from lab.metrics.kv import held_series, kv_summary
 from lab.metrics.steps import add_floors, all_factors, level_steps
 from lab.metrics.turns import turn_rows
 from lab.status import RunStatus
-from lab.tasks import TaskResult, supervise
+from lab.tasks import TaskResult, TaskSpec, nothing, supervise
 
 log = logging.getLogger(__name__)
 FINAL_AFTER_S = 0.5  # a live KV row is kept once the sample after it is this old (see LevelResult._held_live)
@@ -152,6 +153,10 @@ class RunResult(TaskResult):
         """The run's workload."""
         return self.plan.load.workload
 
+    def checkpoint(self) -> tuple:
+        """Stored as each level ends and as the run ends."""
+        return sum(1 for lvl in self.levels if lvl.status != RunStatus.RUNNING), self.status
+
     def to_dict(self) -> dict:
         """As summary.json holds it."""
         return summary_dict(self)
@@ -169,14 +174,7 @@ class RunResult(TaskResult):
         return self.levels[-1] if self.levels and self.levels[-1].status == RunStatus.RUNNING else None
 
 
-class Observer(Protocol):
-    """Progress listener; the console bar and the UI are two of them."""
-
-    def on_start(self, result: RunResult) -> None: ...
-
-    def on_update(self, result: RunResult) -> None: ...
-
-    def on_complete(self, result: RunResult) -> None: ...
+Notify = Callable[[TaskResult], None]  # the progress channel: called with the live result
 
 
 def level_seed(load, users: int) -> int:
@@ -231,16 +229,16 @@ async def warm_up(engine: Engine, tokenizer, plan: RunPlan) -> None:
     engine.drain_samples()
 
 
-def _notify(observers: Sequence[Observer], method: str, result: RunResult) -> None:
-    for observer in observers:
-        try:
-            getattr(observer, method)(result)
-        except Exception:
-            log.exception("observer %r failed in %s", observer, method)
+def tell(notify: Notify, result: TaskResult) -> None:
+    """Call ``notify`` with the result; a listener that fails is logged, never stops the task."""
+    try:
+        notify(result)
+    except Exception:
+        log.exception("progress listener %r failed", notify)
 
 
 async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: RunResult,
-                  observers: Sequence[Observer] = ()) -> RunResult:
+                  notify: Notify = nothing) -> RunResult:
     """Drive the started engines through the plan, filling ``result`` as it goes.
 
     Args:
@@ -248,19 +246,18 @@ async def execute(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
         engines: Started engines by name (at least those in the plan).
         tokenizer: The model's tokenizer, to build identical requests for every engine.
         result: The RunResult to fill (created by the caller so that it can watch it live).
-        observers: Progress listeners.
+        notify: The progress channel (as it starts, as it goes, once it ended).
 
     Returns:
         ``result``, with status ok, failed (error set) or cancelled; partial levels are kept.
     """
     result.engine_args = {name: info.args for name, info in result.engine_info.items()}
-    _notify(observers, "on_start", result)
-    return await supervise(result, _levels(plan, engines, tokenizer, result, observers),
-                           lambda ended: _complete(ended, observers))
+    tell(notify, result)
+    return await supervise(result, _levels(plan, engines, tokenizer, result, notify),
+                           lambda ended: _complete(ended, notify))
 
 
-async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: RunResult,
-                  observers: Sequence[Observer]) -> None:
+async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: RunResult, notify: Notify) -> None:
     """Every level of the plan in run order (a cancel aborts what the engines hold, then goes on up)."""
     warmed: set[str] = set()
     last_engine = None
@@ -273,20 +270,20 @@ async def _levels(plan: RunPlan, engines: dict[str, Engine], tokenizer, result: 
                 raise EngineFault(f"{engine.fault()}, before the {users}-user level of {name}")
             if name not in warmed:
                 result.message = f"warming up {name}"
-                _notify(observers, "on_update", result)
+                tell(notify, result)
                 began = time.perf_counter()
                 await warm_up(engine, tokenizer, plan)
                 result.warmup_s[name] = time.perf_counter() - began
                 warmed.add(name)
-            await run_level(plan, engine, tokenizer, users, result, observers, repeat)
+            await run_level(plan, engine, tokenizer, users, result, notify, repeat)
             last_engine = name
     except asyncio.CancelledError:
         await _abort(engines)
         raise
 
 
-def _complete(result: RunResult, observers: Sequence[Observer]) -> None:
-    """Close the levels a stop left open, then tell the observers the run ended."""
+def _complete(result: RunResult, notify: Notify) -> None:
+    """Close the levels a stop left open, then tell the listener the run ended."""
     result.ended_s = time.perf_counter()
     result.hardware = hardware(result)
     for level in result.levels:
@@ -294,7 +291,7 @@ def _complete(result: RunResult, observers: Sequence[Observer]) -> None:
             level.finish(result.engine_info.get(level.engine),
                          RunStatus.CANCELLED if result.status == RunStatus.CANCELLED else RunStatus.FAILED,
                          result.error)
-    _notify(observers, "on_complete", result)
+    tell(notify, result)
 
 
 def hardware(result: RunResult) -> dict:
@@ -332,8 +329,9 @@ async def _abort(engines: dict[str, Engine]) -> None:
 
 
 async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result: RunResult,
-                    observers: Sequence[Observer] = (), repeat: int = 0) -> LevelResult:
-    """Run one engine at one user level, appending its LevelResult to ``result`` as it goes."""
+                    notify: Notify = nothing, repeat: int = 0, requests: Iterable | None = None) -> LevelResult:
+    """Run one engine at one user level, appending its LevelResult to ``result`` as it goes (on the plan's requests
+    for the level, or on ``requests``: the Why ladder's, the same for every rung)."""
     load = plan.load
     planned = users * load.requests_per_user if load.requests_per_user is not None else None
     level = LevelResult(engine=engine.name, users=users, planned=planned, repeat=repeat, slo=load.slo)
@@ -343,14 +341,14 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
     info = result.engine_info.get(engine.name)
     await engine.reset()
     engine.drain_samples()
-    _notify(observers, "on_update", result)
+    tell(notify, result)
 
     def on_record(record: RequestRecord) -> None:
         level.records.append(record)
         level.samples.extend(engine.drain_samples())
-        _notify(observers, "on_update", result)
+        tell(notify, result)
 
-    requests = level_requests(tokenizer, plan, users, repeat)
+    requests = level_requests(tokenizer, plan, users, repeat) if requests is None else iter(requests)
     before = machine.sample()
     if load.rate is None:
         driver = asyncio.ensure_future(run_users(engine, requests, users, load.duration_s, on_record,
@@ -359,7 +357,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         times = schedule_s(load.rate, load.arrival, load.burstiness, level_seed(load, users) + repeat)
         driver = asyncio.ensure_future(run_open(engine, requests, times, users, load.duration_s, on_record,
                                                 level.sent.append))
-    watcher = asyncio.ensure_future(_watch(engine, level, observers, result, driver))
+    watcher = asyncio.ensure_future(_watch(engine, level, notify, result, driver))
     try:
         await driver
     except asyncio.CancelledError:
@@ -372,7 +370,7 @@ async def run_level(plan: RunPlan, engine: Engine, tokenizer, users: int, result
         level.machine = machine.between(before, machine.sample())
     fault = level.error or engine.fault()
     level.finish(info, RunStatus.FAILED if fault else RunStatus.OK, fault or "")
-    _notify(observers, "on_update", result)
+    tell(notify, result)
     if fault:
         raise EngineFault(f"{fault}, during the {_level_words(level)}")
     return level
@@ -382,7 +380,7 @@ def _level_words(level: LevelResult) -> str:
     return f"{level.users}-user level of {level.engine}"
 
 
-async def _watch(engine: Engine, level: LevelResult, observers, result, driver: asyncio.Future,
+async def _watch(engine: Engine, level: LevelResult, notify: Notify, result, driver: asyncio.Future,
                  every_s: float = 0.5) -> None:
     """Twice a second: move engine samples into the level (live views see KV usage between records), and
     stop the level's users once the engine has died or failed its work (``level.error`` says why)."""
@@ -393,7 +391,7 @@ async def _watch(engine: Engine, level: LevelResult, observers, result, driver: 
             level.error = fault
             driver.cancel()
             return
-        _notify(observers, "on_update", result)
+        tell(notify, result)
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -473,7 +471,7 @@ def spread_dict(runs: list[dict], pairs: list[tuple[str, str]]) -> dict:
         spreads.setdefault(engine, {})[str(users)] = found.to_dict()
     spreads["ratio"] = {str(users): found.to_dict() for users, found in ratio_spreads(runs).items()}
     for top, base in pairs:
-        if (top, base) != ("vllm", "hf"):
+        if (top, base) != (registry.RATIO_TOP, registry.BASELINE):
             key = "ratio_" + ratio_key(top, base).replace("-", "_")
             spreads[key] = {str(u): found.to_dict() for u, found in ratio_spreads(runs, base, top).items()}
     return spreads
@@ -529,3 +527,21 @@ def requests_csv_text(result: RunResult) -> str:
     writer.writeheader()
     writer.writerows(request_rows(result))
     return buffer.getvalue()
+
+
+def _run(session, plan: RunPlan, result: RunResult, notify: Notify) -> Awaitable[RunResult]:
+    """The plan on the session's engines, each engine's info as it is now (a dead one may have restarted since)."""
+    result.engine_info = {name: session.info[name] for name in plan.engines}
+    return session.run(plan, notify, result)
+
+
+def _fit_warning(plan: RunPlan, memory) -> str | None:
+    from lab.memory import kv_fit_warning
+
+    return kv_fit_warning(plan, memory)
+
+
+TASK = TaskSpec(kind="run", plan=RunPlan, check=nothing, new=lambda session, plan: session.new_result(plan),
+                run=_run, write=write_run, engines=lambda plan, config: plan.engines,
+                started=lambda result: f"Run {result.id} started.", warning=_fit_warning, restarts_dead=True,
+                predicts=lambda plan: "ratio")  # the room predicts a load test's ratio (lab.predictions.RATIO)

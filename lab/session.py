@@ -35,7 +35,8 @@ from lab.environment import read_device, versions
 from lab.load.driver import complete_ids
 from lab.memory import MemoryPlan, check_model_len, model_kv_bytes_per_token, plan_memory
 from lab.model import model_label, resolve_model, weights_bytes
-from lab.runs import Observer, RunResult, execute
+from lab.runs import Notify, RunResult, execute
+from lab.tasks import nothing
 
 log = logging.getLogger(__name__)
 TEXT_NOTE = "the server streams text, not token ids: its tokens cannot be compared"
@@ -128,7 +129,10 @@ async def through_cancel(coro) -> tuple:
 class LabSession:
     """Started engines over one model; one run at a time."""
 
-    def __init__(self, config: EngineConfig, engines: Sequence[str], check: SessionCheck | None = None):
+    def __init__(self, config: EngineConfig, engines: Sequence[str], check: SessionCheck | None = None,
+                 keep_rungs: bool = False):
+        """``keep_rungs``: the engines a Why ladder starts beyond the session's stay loaded for the next ladder
+        (stopped with the session), instead of stopping as each ladder ends."""
         self.config = config
         self.engine_names = tuple(engines)
         self.check = check or check_session(config, self.engine_names)
@@ -139,6 +143,8 @@ class LabSession:
         self.agreement: AgreementReport | None = None
         self.start_s: dict[str, float] = {}  # how long each engine's last start took
         self.probes: dict[str, dict] = {}  # each engine's start probe (lab.estimate.probe), measured
+        self.keep_rungs = keep_rungs
+        self.rungs: dict = {}  # the rung engines a ladder started, by (rung, config) (rung())
 
     async def start(self, on_status: Callable[[str], None] | None = None) -> None:
         """Load the tokenizer and start every engine, reporting the start of each step to ``on_status``.
@@ -189,7 +195,7 @@ class LabSession:
         the check is skipped and says so.
         """
         names = [n for n in self.engines if getattr(self.engines[n], "compares_tokens", True)]
-        reference = "hf" if "hf" in names else (names or list(self.engines))[0]
+        reference = registry.BASELINE if registry.BASELINE in names else (names or list(self.engines))[0]
         others = [n for n in names if n != reference]
         blind = [skipped(reference, n, TEXT_NOTE) for n in self.engines if n not in names]
         if self.config.load_format == "dummy" or not others:
@@ -235,22 +241,19 @@ class LabSession:
         result.agreement = self.agreement.to_dict() if self.agreement else []
         return result
 
-    async def run(self, plan: RunPlan, observers: Sequence[Observer] = (),
-                  result: RunResult | None = None) -> RunResult:
-        """Run a plan on the started engines (they must include the plan's engines)."""
+    async def run(self, plan: RunPlan, notify: Notify = nothing, result: RunResult | None = None) -> RunResult:
+        """Run a plan on the started engines (they must include the plan's engines); progress goes to ``notify``."""
         missing = [name for name in plan.engines if name not in self.engines]
         if missing:
             raise ValueError(f"engine {missing[0]!r} is not loaded in this session")
         result = result or self.new_result(plan)
-        return await execute(plan, self.engines, self.tokenizer, result, observers)
+        return await execute(plan, self.engines, self.tokenizer, result, notify)
 
     def held_bytes(self, name: str) -> int:
         """What the memory plan gave engine ``name`` if it is loaded (a restart frees it first), else 0."""
         if name not in self.engines:
             return 0
-        memory = self.check.memory
-        each_vllm = (memory.vllm_bytes or 0) // max(1, len(registry.with_pool(self.engine_names)))
-        return {"hf": memory.hf_bytes, "hf-cb": memory.hf_cb_bytes}.get(name, each_vllm) or 0
+        return self.check.memory.shares.get(name, 0)
 
     async def restart_engine(self, name: str, config: EngineConfig) -> EngineInfo:
         """Stop one engine and start it again with ``config`` (a sweep's value); the others stay loaded."""
@@ -272,11 +275,55 @@ class LabSession:
             raise asyncio.CancelledError
         return info
 
+    async def rung(self, name: str, config: EngineConfig):
+        """The started engine of why-ladder rung ``name`` on ``config``: the session's own where it runs these very
+        settings, else one kept from an earlier ladder, else a new one started and kept until release_rungs (an
+        engine that fails to start is stopped, and its error raised)."""
+        rung = registry.rungs()[name]
+        found = self._running(rung.engine, config) or self.rungs.get((name, config))
+        if found is not None:
+            return found
+        model = self.check.model_path
+        engine = registry.load(rung.factory)(config, model) if rung.factory else create_engine(rung.engine, config,
+                                                                                                 model)
+        try:
+            await engine.start()
+        except BaseException:
+            await stop_quietly(engine)
+            raise
+        self.rungs[(name, config)] = engine
+        return engine
+
+    def _running(self, name: str, config: EngineConfig) -> Engine | None:
+        """The session's engine ``name`` where it runs these very settings (the share of the card asked for at start
+        is no setting), else None."""
+        mine = self.configs.get(name)
+        if name in self.engines and mine is not None and mine == config.with_overrides(
+                gpu_memory_utilization=mine.gpu_memory_utilization):
+            return self.engines[name]
+        return None
+
+    async def release_rungs(self) -> None:
+        """A ladder has ended: stop the rung engines it started, unless the session keeps them for the next."""
+        if not self.keep_rungs:
+            await self._stop_rungs()
+
+    async def _stop_rungs(self) -> None:
+        for engine in reversed(list(self.rungs.values())):
+            await stop_quietly(engine)
+        self.rungs.clear()
+
     async def stop(self) -> None:
-        """Stop every engine (vLLM's processes included)."""
-        for name, engine in list(self.engines.items()):
-            try:
-                await engine.stop()
-            except Exception:
-                log.exception("stopping %s failed", name)
+        """Stop every engine (vLLM's processes and a ladder's rungs included)."""
+        await self._stop_rungs()
+        for engine in list(self.engines.values()):
+            await stop_quietly(engine)
         self.engines.clear()
+
+
+async def stop_quietly(engine) -> None:
+    """Stop one engine; a stop that raises is logged, so that the others still stop."""
+    try:
+        await engine.stop()
+    except Exception:
+        log.exception("stopping %s failed", engine.name)

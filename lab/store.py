@@ -8,7 +8,9 @@ downloaded from the browser is the same as one written by ``python -m lab bench`
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from lab.metrics import ratios_by_users, tok_s_spreads
 from lab.model import cache_dir
 from lab.runs import RunResult, requests_csv_text
 from lab.tasks import TaskResult
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 create table if not exists results (
@@ -71,6 +75,24 @@ def save(db_path: str | Path, result: TaskResult, extra: dict | None = None) -> 
            requests_csv_text(result) if isinstance(result, RunResult) else None)
     with closing(connect(db_path)) as conn, conn:
         conn.execute("insert or replace into results values (?,?,?,?,?,?,?,?,?)", row)
+
+
+def keep(db_path: str | Path, result: TaskResult, extra: dict | None = None) -> None:
+    """``save``, a failure logged and never raised: a task is never failed by its history."""
+    try:
+        save(db_path, result, extra)
+    except Exception:
+        log.exception("could not store %s %s", result.KIND, result.id)
+
+
+def save_at_checkpoint(result: TaskResult, stored: object, store: Callable[[TaskResult], None]) -> object:
+    """The one rule of when a task goes to the history: ``store(result)`` when its checkpoint has moved from
+    ``stored`` (the one it was last stored at); returns the checkpoint it is stored at now."""
+    mark = result.checkpoint()
+    if mark is None or mark == stored:
+        return stored
+    store(result)
+    return mark
 
 
 LEAD_COLUMNS = ("when", "engines", "users", "workload", "top level")  # then each engine's tok/s, the ratio, status

@@ -7,7 +7,8 @@
 # its packages' two parts (.gpu-dash/p2/site.tar.xz.aa, .gpu-dash/p4/site.tar.xz.ab), carried by stash calls.
 #   bash scripts/gpu_speed.sh OUT stash             # carry .gpu-pack/c1 (and the site's small part), then the big part
 #   bash scripts/gpu_speed.sh OUT 135m|8b JOBS      # the first such call carries .gpu-pack/c2 and the model folders
-# JOBS: comma list of trace, kvsweep, viewers, notebooks (each guided notebook's time: the GPU track), demo (the
+# JOBS: comma list of trace, kvsweep, viewers, notebooks (each guided notebook's time and answers, from the working
+# tree, one after another; scripts/gpu_notebooks.sh runs them from a clean commit, side by side), demo (the
 # Workshop demo's GPU candidates, bench.workshop_demo).
 # Env: ROUNDS (6), FACES (offline,engine,served), KV_VALUES, NOTEBOOKS (all), NOTEBOOK_LIMIT_S (480: one
 # notebook, stopped before a device call's 10 minutes, says which cell it reached), DEADLINE_S (570).
@@ -29,7 +30,7 @@ for job in ${jobs//,/ }; do
              cmd=(python3 -m lab sweep kv_cache_gib --values "${KV_VALUES:-$values}" --users 64
                   --workload mixed --requests-per-user 2 "${model[@]}" --out "$out/$tag") ;;
     notebooks) cmd=(python3 -m bench.notebook_times --model "/tmp/model$part" --load-format dummy
-                    --limit-s "${NOTEBOOK_LIMIT_S:-480}" ${NOTEBOOKS:+--notebooks "$NOTEBOOKS"}) ;;
+                    --limit-s "${NOTEBOOK_LIMIT_S:-480}" ${NOTEBOOKS:+--notebooks "$NOTEBOOKS"} --outputs "$out/$tag") ;;
     demo) cmd=(python3 -m bench.workshop_demo "${model[@]}") ;;
     viewers) if [ ! -d /tmp/dash/gradio ]; then  # after the image's own packages, as gpu_dashboard.sh does
                mkdir -p /tmp/dash && cat /tmp/gpu-dash/site.tar.xz.* | xz -dc | tar -C /tmp/dash -xf - || exit 3

@@ -43,12 +43,14 @@ def running_session(config, engines=("hf", "vllm")):
 
 # `make test` runs all but the browser and app files in two workers (pytest-xdist, --dist loadfile
 # --no-loadscope-reorder): each file whole on one of them, the files of unit tests only first, then the slowest
-# files first (the notebooks, ~13 minutes on one worker, are two files, one per worker), so that one worker's
-# vLLM start (imports in a new process, single-threaded) overlaps the other's engines. Then the browser and app
-# files run alone: their limits are times, and a second worker's load broke them (each layout's time:
+# files first (the notebooks, ~10 minutes on one worker, are two files, one per worker), so that one worker's
+# vLLM start (imports in a new process, single-threaded) overlaps the other's engines. A worker takes its next file
+# when two tests of its current one are left, so the files that come last should be short ones: test_why.py (one
+# test of ~140 s, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run
+# alone: their limits are times, and a second worker's load broke them (each layout's time:
 # docs/results/cpu-avx2/README.md, "What a vLLM start costs here, and CI's time").
 SLOWEST_FILES = ("test_notebooks.py", "test_notebooks_more.py", "test_engines.py", "test_experiments.py",
-                 "test_sweeps.py", "test_serve.py")
+                 "test_why.py", "test_sweeps.py", "test_serve.py")
 
 
 def bind_vllm_to_this_worker() -> None:

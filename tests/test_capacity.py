@@ -26,23 +26,21 @@ from lab.capacity import (
     capacity_of,
     capacity_plan,
     capacity_search,
-    group_by_user,
-    little_line,
     littles_law,
     new_capacity,
     next_level,
     parse_targets,
     per_user,
-    percentile_with_misses,
     probe_load,
     probe_rows,
     rate_space,
     run_capacity,
     search,
-    served_words,
     users_space,
     write_capacity,
 )
+from lab.capacity.little import group_by_user, percentile_with_misses
+from lab.capacity.words import capacity_caption, little_line, served_words
 from lab.config import EngineConfig
 from lab.engines.base import TokenChunk
 from lab.engines.fake import FakeEngine
@@ -473,11 +471,14 @@ def test_a_cancelled_search_keeps_its_probes_and_says_so(char_tokenizer):
         task = asyncio.ensure_future(run_capacity(session, plan, result))
         while len(result.probes) < 3:
             await asyncio.sleep(0.01)
+        captions.append(capacity_caption(result.to_dict()))  # the page's live caption
         task.cancel()
         await task
         return result
 
+    captions = []
     result = asyncio.run(cancel_after_three())
+    assert "HF served 4 users so far (its search goes on)" in captions[0]
     data = result.to_dict()
     assert result.status == RunStatus.CANCELLED and len(data["probes"]) >= 3
     assert data["capacity"]["hf"]["ended"] == "cancelled" and data["capacity"]["hf"]["bound"] == "at_least"
@@ -605,45 +606,53 @@ def test_capacity_on_the_real_hf_engine_writes_every_probe_and_littles_law_holds
     assert "HF served at least 4 users" in (tmp_path / "r.html").read_text()
 
 
-# -- the page's way in: the capacity_search experiment, its figure and caption ------------------------------------
+# -- the page's way in: the Capacity form's plan, its figure and caption, the stored list ----------------------------
 
 H200 = "docs/results/h200-factors/capacity/capacity.json"  # a real search: HF 1 user, vLLM at least 128
+LOADED = ("hf", "vllm")
+
+
+def form(**values):
+    """The Capacity tab's form values (lab.app.ui_capacity.CapacityForm), its defaults but ``values``."""
+    from lab.app.dashboard import CapacityForm
+
+    return CapacityForm(**({"slo": "ttft_p95=2s", "engines": ["hf"], "max_users": 8, "workload": "mixed",
+                            "output_len": 0, "requests_per_user": 3, "min_requests": 20, "time_limit": 1800,
+                            "rate_search": False, "start_rate": 1.0, "max_rate": 64.0} | values))
 
 
 @pytest.mark.parametrize("values, words", [
     ({"slo": "ttft_p95=0"}, "slo: ttft_p95 must be a positive time (e.g. ttft_p95=2s or ttft_p95=150ms), not 0"),
     ({"slo": "ttfb_p95=2s"}, "slo: unknown metric 'ttfb'"),
     ({"max_users": "300"}, "max_users must be from 1 to 256"),
-    ({"max_users": "1.5"}, "max_users: '1.5' is not a whole number"),
+    ({"max_users": "1.5"}, "max_users: give a whole number, not '1.5'"),
     ({"max_users": 256, "requests_per_user": 9}, "max_users 256 x requests_per_user 9 = 2304 requests"),
     ({"time_limit": "0"}, "time_limit must be above 0 and at most 86400 seconds"),
-    ({"rate_search": "yes", "start_rate": 8, "max_rate": 4}, "start_rate 8 is above max_rate 4"),
+    ({"rate_search": True, "start_rate": 8, "max_rate": 4}, "start_rate 8 is above max_rate 4"),
     ({"workload": "nope"}, "unknown workload 'nope'"),
-    ({"speed": "1"}, "unknown parameter 'speed'"),
+    ({"engines": []}, "engines: choose at least one of hf, vllm"),
+    ({"engines": ["hf", "warp"]}, "engines: 'warp' is not loaded here; choose from hf, vllm"),
+    ({"output_len": 4000}, "past max_model_len 1024: use an output length of at most"),
 ])
-def test_the_experiment_refuses_bad_input_by_its_field_name(values, words):
-    from lab.experiments import parse_params
+def test_the_form_refuses_bad_input_by_its_field_name(values, words):
+    from lab.app.dashboard import form_plan
 
     with pytest.raises(ValueError) as refused:
-        parse_params("capacity_search", values)
+        form_plan(form(**values), CPU, LOADED)
     assert words in str(refused.value)
 
 
-def test_the_experiments_config_rules_name_the_engine_and_the_length():
-    from lab.experiments import parse_params, validate
+def test_the_forms_plan_is_the_clis_and_an_empty_number_keeps_its_default():
+    from lab.app.dashboard import form_plan
 
-    with pytest.raises(ValueError, match="unknown engine 'warp'"):
-        validate("capacity_search", parse_params("capacity_search", {"engines": "hf,warp"}), CPU)
-    with pytest.raises(ValueError, match="past max_model_len 1024: use an output length of at most"):
-        validate("capacity_search", parse_params("capacity_search", {"output_len": 4000}), CPU)
-    params = parse_params("capacity_search", {"slo": "tpot_p95=150ms", "engines": "hf", "max_users": 2.0})
-    validate("capacity_search", params, CPU)
-    assert params.plan(CPU, params.engine_names()).space().most == 2 and params.engine_names() == ("hf",)
+    plan = form_plan(form(slo="tpot_p95=150ms", max_users=2.0, min_requests="", output_len=0), CPU, LOADED)
+    assert plan == capacity_plan("tpot_p95=150ms", ("hf",), CPU, max_users=2, requests_per_user=3,
+                                 time_limit_s=1800, max_rate=64.0)
 
 
 def test_the_figure_and_caption_of_a_recorded_gpu_search():
-    from lab.capacity import capacity_caption
-    from lab.plots_capacity import capacity_figure
+    from lab.capacity.words import capacity_caption
+    from lab.plots.capacity import capacity_figure
 
     data = json.loads(open(H200).read())
     fig = capacity_figure(data)
@@ -676,7 +685,7 @@ def test_the_results_list_says_each_capacity_by_its_bound():
 
 
 def test_a_level_decided_on_two_runs_says_so_and_a_failed_rank_has_no_value():
-    from lab.capacity import broke_words
+    from lab.capacity.words import broke_words
 
     targets = [Target("ttft", 95.0, 1.0).to_dict(), Target("tpot", 95.0, 0.1).to_dict()]
     runs = [{"level": 4, "values": {"ttft_p95": 0.9, "tpot_p95": 0.12}},
@@ -689,66 +698,59 @@ def test_a_level_decided_on_two_runs_says_so_and_a_failed_rank_has_no_value():
     assert "TTFT p95 (no value: its rank fell among failed requests) at 1 user, while TPOT p95 (50 ms" in gone
 
 
-def test_the_experiment_runs_the_clis_search_stores_it_and_the_tab_lists_and_reports_it(tmp_path, char_tokenizer):
+def test_the_host_refuses_a_search_of_an_engine_it_has_not_loaded_before_anything_starts():
+    from lab.tasks import spec
+
+    plan = capacity_plan("ttft_p95=2s", ("hf", "vllm"), CPU)
+    with pytest.raises(ValueError, match="engines: 'vllm' is not loaded in this session; choose from hf"):
+        spec("capacity").check(plan, CPU, SimpleNamespace(engines={"hf": None}))
+    spec("capacity").check(plan, CPU, None)  # the CLI's check, before its session loads the plan's engines
+
+
+def test_the_tab_lists_and_reports_every_stored_search_the_old_experiments_too(tmp_path, char_tokenizer):
+    """A search the form asks for, run by the CLI's runner and stored as the host stores it, and the same search as
+    the page stored it before it was kind capacity (experiment capacity_search): both listed, both reported."""
+    from dataclasses import dataclass
+
+    from lab.app.dashboard import form_plan
     from lab.app.ui_capacity import CapacityHandlers, search_view, searches_table
     from lab.capacity import times_words
-    from lab.experiments import parse_params, run_experiment
-    from lab.experiments.capacity_search import live_view, stored
+    from lab.capacity.stored import stored_searches
+    from lab.experiments import HELD, ExperimentResult
     from lab.store import save
+
+    @dataclass(frozen=True)
+    class Params:  # the old experiment's params, as its experiment.json kept them
+        slo: str = "tpot_p95=12ms"
 
     engines = {"hf": CrowdedEngine("hf", token_delay_s=0.004), "vllm": CrowdedEngine("vllm", token_delay_s=0.001)}
     session = FakeSession(engines, char_tokenizer)
-    params = parse_params("capacity_search", {"slo": "tpot_p95=12ms", "max_users": 8, "workload": "equal",
-                                              "output_len": 4, "requests_per_user": 1, "min_requests": 4,
-                                              "warmup": 0, "time_limit": 60})
-    result = asyncio.run(run_experiment(session, "capacity_search", params))
-    assert result.status == RunStatus.OK, result.error
-    data = live_view(result)
-    assert data["engines"] == ["hf", "vllm"] and len(result.rows) == len(data["probes"]) >= 4
-    assert data["capacity"]["hf"]["bound"] == "exact" and data["capacity"]["hf"]["value"] < data["capacity"]["vllm"][
-        "value"]
+    plan = form_plan(form(slo="tpot_p95=12ms", engines=["hf", "vllm"], workload="equal", output_len=4,
+                          requests_per_user=1, min_requests=4, time_limit=60), CPU, LOADED)
+    result = asyncio.run(run_capacity(session, plan, new_capacity(session, plan)))
+    data = result.to_dict()
+    assert result.status == RunStatus.OK and data["capacity"]["hf"]["bound"] == "exact", result.error
     figure, caption, table = search_view(data)
-    assert "HF broke the target first on TPOT p95" in caption and len(table) == len(result.rows)
+    assert "HF broke the target first on TPOT p95" in caption and len(table) == len(data["probes"])
     assert any(t.name.startswith("HF capacity:") for t in figure.data)
+    old = ExperimentResult(experiment="capacity_search", params=Params(), started_at="2026-01-01T00:00:00",
+                           status=RunStatus.OK, rows=probe_rows(data),
+                           fields={k: v for k, v in data.items() if k not in HELD and k != "capacity_id"})
     db = tmp_path / "results.sqlite"
     save(db, result)
-    assert [d["capacity_id"] for d in stored(db)] == [result.id]
-    row = searches_table(db).iloc[0].to_dict()  # the Results tab's list
+    save(db, old)
+    assert [d["capacity_id"] for d in stored_searches(db)] == [result.id, old.id]
+    rows = {row["id"]: row for row in searches_table(db).to_dict("records")}  # the Results tab's list
     hf, vllm = data["capacity"]["hf"]["value"], data["capacity"]["vllm"]
-    assert row["id"] == result.id and row["target"] == "tpot_p95=12ms" and row["HF capacity"] == f"{hf} users"
-    assert row["vLLM capacity"] == ("" if vllm["bound"] == "exact" else ">= ") + f"{vllm['value']} users"
-    assert row["vLLM/HF"].endswith(times_words(vllm["value"] / hf)) and row["status"] == "ok"
-    shown = CapacityHandlers(SimpleNamespace(db_path=db)).show_stored(result.id)
-    page = Path(shown[-1]).read_text()
-    assert f"capacity search {result.id}" in page and "Every probe" in page and "broke the target first" in page
-
-
-def test_a_cancelled_experiment_keeps_its_probes_and_its_live_caption_said_so_far(char_tokenizer):
-    from lab.capacity import capacity_caption
-    from lab.experiments import new_result, parse_params, run_experiment
-    from lab.experiments.capacity_search import live_view
-
-    session = FakeSession({"hf": CrowdedEngine("hf", token_delay_s=0.002)}, char_tokenizer)
-    params = parse_params("capacity_search", {"slo": "tpot_p95=10s", "max_users": 64, "workload": "equal",
-                                              "output_len": 4, "requests_per_user": 1, "min_requests": 2,
-                                              "warmup": 0})
-    captions = []
-
-    async def cancel_after_three():
-        result = new_result(session, "capacity_search", params)
-        task = asyncio.ensure_future(run_experiment(session, "capacity_search", params, result))
-        while len(result.rows) < 3:
-            await asyncio.sleep(0.01)
-        captions.append(capacity_caption(live_view(result)))
-        task.cancel()
-        await task
-        return result
-
-    result = asyncio.run(cancel_after_three())
-    assert "HF served 4 users so far (its search goes on)" in captions[0]
-    data = live_view(result)
-    assert result.status == RunStatus.CANCELLED and len(result.rows) == len(data["probes"]) >= 3
-    assert data["capacity"]["hf"]["ended"] == "cancelled" and "ended early (cancelled)" in capacity_caption(data)
+    for row in rows.values():
+        assert row["target"] == "tpot_p95=12ms" and row["HF capacity"] == f"{hf} users" and row["status"] == "ok"
+        assert row["vLLM capacity"] == ("" if vllm["bound"] == "exact" else ">= ") + f"{vllm['value']} users"
+        assert row["vLLM/HF"].endswith(times_words(vllm["value"] / hf))
+    for task_id in (result.id, old.id):
+        shown = CapacityHandlers(SimpleNamespace(db_path=db)).show_stored(task_id)
+        assert "broke the target first" in shown[1]
+        page = Path(shown[-1]).read_text()
+        assert f"capacity search {task_id}" in page and "Every probe" in page and "broke the target first" in page
 
 
 @pytest.mark.parametrize("levels, ended, said", [

@@ -65,7 +65,7 @@ def test_memory_plan_fraction_is_of_total_not_free():
                     16 * GIB, 131072)
     plan = plan_memory(EngineConfig(device="cuda", gpu_memory_utilization=0.5), gpu(), ("hf", "vllm"),
                        16 * GIB, 131072)
-    assert plan.vllm_bytes == 40 * GIB and plan.hf_bytes == 16 * GIB
+    assert plan.shares == {"vllm": 40 * GIB, "hf": 16 * GIB}
 
 
 
@@ -74,7 +74,7 @@ def test_the_memory_plan_holds_the_pool_vllm_is_given_on_cuda_not_its_whole_shar
 
     plan = plan_memory(EngineConfig(device="cuda"), gpu(), ("hf", "vllm"), GIB, 23040)
     blocks = engine_kwargs(EngineConfig(device="cuda"), "m")["num_gpu_blocks_override"]  # the demo-sized pool
-    assert plan.vllm_kv_tokens == blocks * 16 and plan.vllm_kv_bytes == blocks * 16 * 23040
+    assert plan.pool_kv_tokens == blocks * 16 and plan.pool_kv_bytes == blocks * 16 * 23040
     assert any(f"{blocks:,} blocks of 16 tokens" in note for note in plan.notes)
 
 
@@ -92,7 +92,7 @@ def test_a_kv_budget_must_hold_one_request_of_max_model_len():
                                          r"request of max_model_len=2048 needs .* \(129\): use kv_cache_gib >= 0.045"):
         plan_memory(EngineConfig(device="cuda", kv_cache_gib=0.01), gpu(), ("vllm",), GIB, 23040)
     plan = plan_memory(EngineConfig(device="cuda", kv_cache_gib=0.05), gpu(), ("vllm",), GIB, 23040)
-    assert plan.vllm_kv_tokens == 2330
+    assert plan.pool_kv_tokens == 2330
 
 
 def test_max_model_len_stays_within_the_models_own(tmp_path):
@@ -110,10 +110,10 @@ def test_memory_plan_counts_hf_continuous_batching_apart():
     plan = plan_memory(EngineConfig(device="cpu", dtype="bfloat16"), cpu, ("hf", "vllm", "hf-cb"), GIB // 4,
                        per_token)
     mask = 4096 * (GIB // 4 // per_token + 4096) * 2  # SDPA's mask: max_batch_tokens x (KV tokens + them), bf16
-    assert plan.hf_cb_bytes == GIB // 4 + GIB // 4 + mask  # its own weights + vLLM's KV budget (0.25 GiB) + mask
+    assert plan.shares["hf-cb"] == GIB // 4 + GIB // 4 + mask  # its own weights + vLLM's KV budget (0.25 GiB) + mask
     assert any(note.startswith("HF-CB: 0.25 GiB of weights (its own copy) + 0.25 GiB of paged KV + 0.12 GiB of "
                                "attention mask") for note in plan.notes)
-    with pytest.raises(ValueError, match="HF continuous batching needs 9.09 GiB"):
+    with pytest.raises(ValueError, match="HF-CB needs 9.09 GiB"):
         plan_memory(EngineConfig(device="cuda", kv_cache_gib=1), gpu(80, 20), ("hf", "vllm", "hf-cb"), 8 * GIB,
                     131072)
 
@@ -169,7 +169,7 @@ def test_kv_fit_warning_names_the_level_and_the_pool():
     from lab.memory import MemoryPlan, kv_fit_warning
 
     cpu = DeviceInfo("cpu", "CPU", 24 * GIB, 20 * GIB, 2, "test")
-    memory = MemoryPlan(cpu, None, None, None, None, vllm_kv_tokens=10_000)
+    memory = MemoryPlan(cpu, None, pool_kv_tokens=10_000)
     plan = RunPlan(load=LoadConfig(users=(1, 20), workload="decode"))
     assert "at 20 users" in kv_fit_warning(plan, memory) and "10,000" in kv_fit_warning(plan, memory)
     assert kv_fit_warning(RunPlan(load=LoadConfig(users=(1,), workload="decode")), memory) is None

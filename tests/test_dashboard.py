@@ -81,13 +81,7 @@ def test_progress_text_through_a_run(char_tokenizer):
     result = fake_result(plan(), engines)
     assert progress_text(result) == f"Running {result.id}: starting"
     lines = []
-
-    class Listener:
-        def on_start(self, r): lines.append(progress_text(r))
-        def on_update(self, r): lines.append(progress_text(r))
-        def on_complete(self, r): pass
-
-    asyncio.run(execute(result.plan, engines, char_tokenizer, result, [Listener()]))
+    asyncio.run(execute(result.plan, engines, char_tokenizer, result, lambda r: lines.append(progress_text(r))))
     assert f"Running {result.id}: warming up hf" in lines
     assert any("**vLLM** at **2** users, 3/4 requests done in this level" in line for line in lines)
     assert progress_text(result) == f"Run {result.id} done: 12 requests finished."

@@ -79,3 +79,11 @@ def test_every_relative_link_leads_somewhere(page):
         elif anchor and file.suffix == ".md" and anchor not in summary.anchors(file.read_text()):
             broken.append(f"{target}: no such heading")
     assert not broken, broken
+
+
+def test_the_readmes_docs_index_names_every_docs_page():
+    """README's Docs list links every page in docs/ (and the results folder), each on a line of its own."""
+    index = README.read_text().split("\n## Docs\n", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("](", 1)[1].split(")", 1)[0] for line in index.splitlines() if line.startswith("- [")}
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} | {"docs/results/"}
+    assert pages <= listed, f"README's Docs list lacks {sorted(pages - listed)}"

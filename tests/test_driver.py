@@ -112,14 +112,9 @@ def test_execute_interleaves_levels_and_writes_files(tmp_path, char_tokenizer, m
     engines = {"hf": FakeEngine("hf"), "vllm": FakeEngine("vllm")}
     plan = RunPlan(engines=("hf", "vllm"), load=LoadConfig(users=(1, 3), requests_per_user=2, output_len=5))
     events = []
-
-    class Listener:
-        def on_start(self, r): events.append("start")
-        def on_update(self, r): events.append("update")
-        def on_complete(self, r): events.append("complete")
-
     result = fake_result(plan, engines)
-    asyncio.run(execute(plan, engines, char_tokenizer, result, [Listener()]))
+    asyncio.run(execute(plan, engines, char_tokenizer, result,
+                        lambda r: events.append("complete" if r.ended_at else "update" if events else "start")))
     assert result.status == "ok"
     assert [(lvl.engine, lvl.users) for lvl in result.levels] == [("hf", 1), ("vllm", 1), ("hf", 3), ("vllm", 3)]
     assert [len(lvl.records) for lvl in result.levels] == [2, 2, 6, 6]

@@ -54,7 +54,7 @@ def test_vllm_cpu_attention_is_named_in_engine_args(lab):
 def test_vllms_step_caps_are_vllm_serves_and_say_where_from(lab):
     """Both faces run the caps `vllm serve` would (issue #41), read back from vLLM's scheduler, each with its source
     (tests/test_vllm_defaults.py holds the values against vLLM's own EngineArgs without starting an engine)."""
-    from lab.engines.vllm import STEP_CAPS, batch_limits
+    from lab.engines.vllm_caps import STEP_CAPS, batch_limits
 
     for name in ("vllm", "vllm-engine"):
         args = lab.info[name].args

@@ -4,13 +4,16 @@ A host over fake engines (its session stands in for a loaded one); the real kill
 tests/test_ui.py.
 """
 
+import asyncio
 from types import SimpleNamespace
 
 import pytest
 
-from lab.app.host import MAX_DEATHS, LabHost
+from lab.app.host import MAX_DEATHS, NOTHING_TO_CANCEL, RESTART_CANCELLING, LabHost
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
+from lab.experiments import ExperimentPlan
+from lab.tasks import KINDS, spec
 
 DIED = "vLLM's engine process exited (signal 9, SIGKILL)"
 
@@ -73,7 +76,7 @@ def test_the_end_of_a_task_bumps_the_version(host):
 
     before = host.version
     host.runner.start(last_words())
-    host.wait_run(5)
+    host.wait_task(5)
     assert host.on_loop(lambda: host.version) == before + 1  # read on the loop, after the task's callbacks
 
 
@@ -85,3 +88,25 @@ def test_a_dead_engine_reads_restarting_as_its_restart_starts_so_no_page_sees_a_
     restart = host.doctor.restart(["vllm"])  # the coroutine, not yet run
     assert host.health()["vllm"]["state"] == "restarting"
     restart.close()
+
+
+def test_a_cancel_during_a_restart_says_what_it_stops_and_the_busy_line_names_every_kind(host):
+    async def slow_restart(name, config):
+        await asyncio.sleep(60)
+
+    loaded(host).session.restart_engine = slow_restart
+    assert host.cancel() == NOTHING_TO_CANCEL
+    host.session.engines["vllm"].failure = DIED
+    assert host.restart_dead()[0]
+    assert "run, experiment, sweep or capacity search" in host.busy()
+    assert host.cancel() == RESTART_CANCELLING  # not a run's words: no task of a kind goes
+    assert host.wait_task(5) is None and not host.running()
+
+
+def test_each_kind_says_which_round_of_predictions_it_takes():
+    from lab.predictions import RATIO, STEP
+
+    run = RunPlan(engines=("hf",), load=LoadConfig(users=(1,)))
+    assert spec("run").predicts(run) == RATIO and spec("experiment").predicts(ExperimentPlan("why", None)) == STEP
+    assert spec("experiment").predicts(ExperimentPlan("memory", None)) is None
+    assert [spec(kind).predicts(None) for kind in KINDS if kind not in ("run", "experiment")] == [None, None]

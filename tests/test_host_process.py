@@ -45,7 +45,7 @@ def test_before_loading_the_page_reads_the_hosts_state_and_calls_reach_it(host, 
     assert {h["state"] for h in host.health().values()} == {"loading"} and host.dead() == []
     started, message = host.submit(RunPlan(engines=("hf",), load=LoadConfig(users=(1,))))
     assert not started and message.startswith("Loading")  # LabHost's own refusal, from the host process
-    assert host.cancel() == "No run in progress." and not host.running() and host.result is None
+    assert host.cancel() == "No run in progress." and not host.running() and host.task is None
     assert host.environment()["process_rss_bytes"] > 0
 
 
@@ -70,21 +70,37 @@ def test_a_killed_host_process_is_named_on_the_page_and_in_calls(host):
     assert host.status_text().startswith("**Engines gone:** the engine host process exited (signal 9)")
     assert host.status.error and not host.status.ready  # the page's Run and demo buttons go grey
     assert {h["state"] for h in host.health().values()} == {"dead"} and not host.running()
-    assert host.wait_run(None) is None  # returns at once
+    assert host.wait_task(None) is None  # returns at once
 
 
 def test_the_host_cuts_while_a_run_goes_and_once_its_version_moved():
     """A sweep's load runs bump no version: it is cut at every sync while it runs; its last words (its restore,
     its status) come with the bump of its task's end (tests/test_host.py)."""
     sweep = SweepResult(plan=None, model="m", status=RunStatus.OK, message="vllm restored with the session's setting")
-    host = SimpleNamespace(version=7, running=lambda: True, result=None, experiment=None, sweep=sweep)
-    assert _cut(host, 7, (None, None, None))[2] is not None
+    host = SimpleNamespace(version=7, running=lambda: True, tasks={"sweep": sweep})
+    assert _cut(host, 7, {})[2] is not None
     host.running = lambda: False
-    assert _cut(host, 7, (None, None, None))[2] is None  # nothing moved
+    assert _cut(host, 7, {})[2] is None  # nothing moved
     host.version = 8
-    version, running, parts = _cut(host, 7, (None, None, None))
-    assert (version, running) == (8, False) and pickle.loads(parts)[2].message == sweep.message
+    version, running, parts = _cut(host, 7, {})
+    assert (version, running) == (8, False) and pickle.loads(parts)["sweep"].message == sweep.message
 
+
+
+def test_a_capacity_searchs_probes_cross_as_its_run_does_not_whole_at_every_sync():
+    """A search keeps each probe's level (every request) in its own list and in its run: the run crosses cut, the
+    list not at all (pickled whole four times a second, it would take the engines' loop's time); the mirror's list
+    is its run's."""
+    from bench.redraw_cost import made_up_run
+    from lab.app.mirror import apply, cut, hold
+    from lab.capacity import CapacityResult, capacity_plan
+
+    run = made_up_run([1, 2, 4], 3, 16, 1)
+    search = CapacityResult(plan=capacity_plan("ttft_p95=2s", ("vllm",), None), run=run, levels=list(run.levels))
+    mirror = apply(None, pickle.loads(pickle.dumps(cut(search, None))))
+    assert mirror.levels is mirror.run.levels and len(mirror.levels) == 3 and mirror.to_dict()["slo"] == "ttft_p95=2s"
+    again = cut(search, hold(mirror, False))
+    assert again.levels is None and len(pickle.dumps(again)) < len(pickle.dumps(search)) / 4
 
 FORK_WHILE_WATCHING = """
 import multiprocessing, sys, threading, time

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from lab.engines.base import EngineSample
-from lab.labels import kv_origin, reported
+from lab.experiments.waste_words import block_size_answer
 from lab.load.driver import RequestRecord
+from lab.metrics.levels_words import load_facts
+from lab.metrics.steps_words import larger
 from lab.notebook import against, noise
-from lab.sentences import batch_answer, block_size_answer, load_facts
-from lab.steps_words import larger
-from lab.story import WHAT, ladder_story, lead_story, level_words, paging_story, place, queue_story
+from lab.sweeps.words import batch_answer
+from lab.words.labels import kv_origin, reported
+from lab.words.story import WHAT, ladder_story, lead_story, level_words, paging_story, place, queue_story
 from tests.test_sentences import rows, summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +214,7 @@ def test_04_never_says_hf_reserves_a_cache_that_grows_step_by_step():
 
 def test_03_05_and_06_place_their_own_findings_and_each_branch_follows_its_numbers():
     """The closing sentences of 03, 05 and 06 on recorded results that disagree."""
-    from lab.story import concurrency_story, prefix_story, sharing_story
+    from lab.words.story import concurrency_story, prefix_story, sharing_story
 
     def decode(gain, low, high):
         return {"vllm": {"gain": gain, "gain_spread": {"low": low, "high": high, "n": 3}}}

@@ -5,6 +5,7 @@ import asyncio
 
 from lab.config import LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
+from lab.metrics.levels_words import noise_line, ratio_caption
 from lab.metrics.machine import (
     Sample,
     between,
@@ -14,9 +15,8 @@ from lab.metrics.machine import (
     sample,
     tree_ticks,
 )
+from lab.metrics.steps_words import shared_lines
 from lab.runs import RunResult, execute, summary_dict
-from lab.sentences import noise_line, ratio_caption
-from lab.steps_words import shared_lines
 
 # Read on the 2-core AMD EPYC of docs/results/cpu-estimates.md while other helpers' tests ran on it.
 STAT = """cpu  1527742 3648 136614 704374 15145 0 1587 2755 0 0
@@ -51,6 +51,13 @@ def test_other_processes_are_the_machines_busy_time_less_the_labs_own():
 def test_one_rule_calls_a_level_disturbed():
     assert not disturbed(QUIET) and disturbed(BUSY) and disturbed(STOLEN)  # steal: 15% of the machine
     assert not disturbed(None) and not disturbed({})
+
+
+def test_other_processes_on_idle_cores_of_a_large_host_do_not_disturb_a_level():
+    # the H200 host of docs/results/h200-notebooks (16 cores): a second notebook's process beside the lab's
+    beside = {"others_cores": 1.4, "steal_cores": 0.0, "lab_cores": 1.2, "cores": 16, "seconds": 30.0}
+    crowded = {"others_cores": 14.2, "steal_cores": 0.0, "lab_cores": 1.7, "cores": 16, "seconds": 30.0}
+    assert not disturbed(beside) and disturbed(crowded)
 
 
 def row(engine, users, tok_s, repeat=0, machine=None):

@@ -5,10 +5,10 @@ import pytest
 
 from tests.test_notebooks import check_notebook, notebooks, shared_sessions
 
-pytestmark = pytest.mark.slow
 _shared = pytest.fixture(scope="module", name="shared")(shared_sessions)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", notebooks(first_half=False), ids=lambda p: p.name)
 def test_notebook_runs_and_every_answer_is_computed(path, capfd, shared, monkeypatch):
     check_notebook(path, capfd, shared, monkeypatch)

@@ -1,4 +1,4 @@
-"""Figures and tables of lab/plots.py on a finished fake run and on runs with nothing measured yet."""
+"""Figures and tables of lab/plots/__init__.py on a finished fake run and on runs with nothing measured yet."""
 
 import asyncio
 from dataclasses import replace
@@ -198,14 +198,20 @@ def test_a_long_step_line_is_thinned_and_keeps_its_peaks():
 
 
 def test_the_kv_title_says_when_the_lab_sized_vllms_pool(run):
-    """On CUDA with no KV budget the pool is the Workshop demo's top level (computed): the title says so; a pool
-    the user sized is only counted."""
+    """On CUDA with no KV budget the pool is the Workshop demo's top level (the memory plan's sizing, recorded in
+    the engine args): the title says so; a pool the user sized is only counted."""
     import dataclasses
 
     from lab.config import EngineConfig
+    from lab.memory import DEMO_SIZED, pool_blocks
     from lab.plots import pool_title
 
+    blocks, sized_by = pool_blocks(EngineConfig(device="cuda"))
+    vllm = run.engine_info["vllm"]
     cuda = dataclasses.replace(run, plan=dataclasses.replace(run.plan, engine=EngineConfig(device="cuda")))
-    cuda.engine_info = {**run.engine_info, "vllm": dataclasses.replace(run.engine_info["vllm"], kv_total_blocks=1600)}
-    assert pool_title(cuda).endswith("1600 blocks x 16 tokens (the Workshop demo's top level on average, computed)")
+    cuda.engine_info = {**run.engine_info, "vllm": dataclasses.replace(
+        vllm, kv_total_blocks=blocks, args={**vllm.args, "source": {"num_kv_blocks": sized_by}})}
+    assert sized_by == DEMO_SIZED
+    assert pool_title(cuda).endswith(f"{blocks} blocks x 16 tokens (the Workshop demo's top level on average, "
+                                     "computed)")
     assert pool_title(run).endswith("64 blocks x 16 tokens")

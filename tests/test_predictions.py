@@ -127,7 +127,7 @@ def test_the_histogram_bins_hold_every_answer_and_the_measured_value_on_a_log_sc
 
 
 def test_the_figure_draws_the_rooms_bins_and_the_measured_value_as_a_line():
-    from lab.plots_predict import room_figure
+    from lab.plots.predict import room_figure
 
     view = ended(RATIO, ROOM, recorded("h200-factors/demo/summary.json"))
     fig = room_figure(view)

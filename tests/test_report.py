@@ -1,5 +1,5 @@
 """`python -m lab report`: a run, an experiment, a why ladder, a sweep or a capacity search as one HTML file that
-opens with no network (lab.report, lab.plots_report, lab.report_html).
+opens with no network (lab.report, lab.plots.report, lab.report.html).
 
 The runs are recorded (docs/results), a chat run on fake engines and a run on fake engines cancelled during a level
 (the real-engine report is in test_engines.py); the experiment, ladders, sweep and capacity search are recorded
@@ -23,15 +23,17 @@ from lab.__main__ import main
 from lab.config import LoadConfig, RunPlan
 from lab.engines.fake import FakeEngine
 from lab.experiments import ExperimentResult, parse_params, stored_fields
+from lab.experiments.waste_words import waste_answer
+from lab.experiments.why_words import why_caption
 from lab.plots import EMPTY, EMPTY_WORDS
 from lab.predictions import new_round, room_sentence
 from lab.report import write_report
-from lab.report_html import cell, prose
+from lab.report.html import cell, prose
 from lab.runs import RunResult, execute, write_run
-from lab.sentences import sweep_answer, waste_answer
 from lab.status import RunStatus
 from lab.store import save
 from lab.sweeps import SweepPlan, SweepResult
+from lab.sweeps.words import sweep_answer
 from tests.conftest import CharTokenizer
 from tests.test_driver import fake_result
 from tests.test_ui import CHROMIUM, CHROMIUM_ARGS
@@ -120,7 +122,7 @@ def test_a_stored_why_ladder_reports_its_figure_caption_and_factors(tmp_path):
     ran = [name for name, rung in data["rungs"].items() if rung["tok_s"]]
     (bars,) = figures(page)
     assert bars[0]["x"] == ran and offline(page) and "why ladder" in page
-    for line in filter(None, data["caption"].splitlines()):  # the caption explain computed, every sentence of it
+    for line in filter(None, why_caption(stored_fields(data)).splitlines()):  # the caption, every sentence of it
         assert f">{html.escape(line.removeprefix('- '))}</" in page
     for factor in data["factors"]:
         assert f"<td>{factor['lower']} → {factor['upper']}</td>" in page

@@ -102,9 +102,18 @@ def test_the_registry_builds_by_name_and_refuses_what_it_does_not_know():
     assert registry.with_pool(("hf", "vllm", "vllm-engine", "hf-cb")) == ["vllm", "vllm-engine"]
 
 
-def test_the_remote_host_forwards_exactly_the_seam():
+def test_the_remote_host_forwards_exactly_the_seam(tmp_path):
+    from lab.app.host_process import COPIED, SYNCED
+    from lab.config import EngineConfig
+
     declared = set(seam.ATTRIBUTES) | {n for k in ("command", "ask", "read", "local") for n in seam.members(k)}
-    assert declared == {n for n in vars(seam.Host) if not n.startswith("_")} | set(seam.ATTRIBUTES)
+    host = LabHost(EngineConfig(device="cpu"), db_path=tmp_path / "results.sqlite")
+    try:  # the host holds every declared attribute; a sync brings every one not fixed or mirrored, and every read
+        assert all(hasattr(host, name) for name in seam.ATTRIBUTES)
+        assert set(COPIED) | set(seam.FIXED) | set(seam.MIRRORED) == set(seam.ATTRIBUTES)
+        assert set(SYNCED) - set(COPIED) == set(seam.members("read"))
+    finally:
+        host.close()
     remote = RemoteHost.__new__(RemoteHost)
     vars(remote).update({name: None for name in seam.ATTRIBUTES})
     assert seam.public(remote) == declared

@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from lab.sentences import block_count_answer, levels_answer, load_facts, moved, padding_words, runs_answer
+from lab.experiments.blocks_words import block_count_answer
+from lab.metrics.levels_words import levels_answer, load_facts, moved, padding_words, runs_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,17 +71,17 @@ def cache_fields(with_ms, without_ms, kv_heads=3, ours=11650, theirs=11648):
 
 
 def test_the_cache_answer_follows_the_measured_growth_and_checks_the_pool():
-    from lab.sentences import cache_answer
+    from lab.experiments.cache_words import cache_answer
 
     grew = " ".join(cache_answer(cache_fields((32, 33), (40, 128))))
     flat = " ".join(cache_answer(cache_fields((32, 33), (40, 41), kv_heads=9, theirs=9000)))
-    assert "its cost grew 3.2x over these lengths against 1.0x with the cache" in grew
+    assert "its cost grew 3.2x over these lengths; with the cache it stayed within 5% (1.03x)" in grew
     assert "9 query heads share 3 key/value heads" in grew and "which agrees with vLLM's own count" in grew
     assert "recomputing the past did not show" in flat and "Grouped-query" not in flat and "differs from" in flat
 
 
 def test_the_waste_answer_names_the_engine_that_wasted_more():
-    from lab.sentences import waste_answer
+    from lab.experiments.waste_words import waste_answer
 
     def waste(hf, vllm):
         return {"hf": {"waste_pct": {"mean": hf}}, "vllm": {"waste_pct": {"mean": vllm}, "block_size": 128}}
@@ -91,7 +92,7 @@ def test_the_waste_answer_names_the_engine_that_wasted_more():
 
 
 def test_the_phases_answer_says_gained_or_lost_and_which_work_gained_more():
-    from lab.sentences import phases_answer
+    from lab.experiments.phases_words import phases_answer
 
     def fields(hf_decode, vllm_decode, vllm_prefill):
         return {"decode": {"hf": {"gain": hf_decode}, "vllm": {"gain": vllm_decode}},
@@ -106,7 +107,7 @@ def test_the_phases_answer_says_gained_or_lost_and_which_work_gained_more():
 
 def test_the_block_table_summary_and_answer_follow_the_ids_vllm_gave():
     from lab.experiments.table import summarize
-    from lab.sentences import table_answer
+    from lab.experiments.table_words import table_answer
 
     steps = [{"step": 0, "tables": {"a": [1, 2], "b": [1, 3], "c": [4, 5]}, "shared": {"1": 2}},
              {"step": 1, "tables": {"b": [1, 3, 6], "d": [2, 7]}, "shared": {}}]
@@ -122,7 +123,8 @@ def test_the_block_table_summary_and_answer_follow_the_ids_vllm_gave():
 
 
 def test_the_queue_and_fanout_answers_follow_their_runs():
-    from lab.sentences import fanout_answer, queue_answer
+    from lab.experiments.sharing_words import fanout_answer
+    from lab.sweeps.words import queue_answer
 
     def point(value, ttft, tpot):
         return {"value": value, "ttft_p50_s@4": ttft, "tpot_p50_s@4": tpot}
@@ -139,7 +141,7 @@ def turn_row(engine, turn, prompt, hit, ttft):
 
 
 def test_chat_answer_follows_the_hits_each_engine_measured():
-    from lab.sentences import chat_answer
+    from lab.metrics.turns_words import chat_answer
 
     runs = [{"engine": "vllm", "kv": {"block_size": 128}}, {"engine": "hf", "kv": {}}]
     grew = {"runs": runs, "turns": [turn_row("hf", 1, 261, None, 0.1), turn_row("hf", 3, 800, None, 0.4),
@@ -175,7 +177,7 @@ EQUAL = {"hf": {"kinds_pct": {"real": 100.0, "reservation": 0.0, "internal": 0.0
 
 
 def test_the_kinds_answer_follows_each_runs_shares_and_sets_them_beside_the_paper():
-    from lab.sentences import kinds_answer
+    from lab.experiments.waste_words import kinds_answer
 
     spread, equal = " ".join(kinds_answer(SPREAD)), " ".join(kinds_answer(EQUAL))
     assert "HF with a static cache: 22.8 % of the KV it held held tokens; reservation 10.54 %" in spread
@@ -188,7 +190,7 @@ def test_the_kinds_answer_follows_each_runs_shares_and_sets_them_beside_the_pape
 
 
 def test_the_kinds_answer_names_reservation_and_spare_rows_when_they_lead():
-    from lab.sentences import kinds_answer
+    from lab.experiments.waste_words import kinds_answer
 
     reserved = {"hf-static": {"kinds_pct": {"real": 30.0, "reservation": 50.0, "internal": 15.0, "external": 5.0},
                               "cache_tokens_per_row": 560},
@@ -203,7 +205,7 @@ def test_the_kinds_answer_names_reservation_and_spare_rows_when_they_lead():
 
 
 def test_the_waste_change_names_the_engine_whose_waste_moved_more():
-    from lab.sentences import waste_change
+    from lab.experiments.waste_words import waste_change
 
     def waste(hf, vllm):
         return {"hf": {"waste_pct": {"mean": hf}}, "vllm": {"waste_pct": {"mean": vllm}}}
@@ -216,7 +218,8 @@ def test_the_waste_change_names_the_engine_whose_waste_moved_more():
 
 
 def test_gains_carry_their_spread_and_overlapping_gains_are_not_ranked():
-    from lab.sentences import gain_words, more_users_answer, phases_answer
+    from lab.experiments.phases_words import more_users_answer, phases_answer
+    from lab.words import gain_words
 
     assert gain_words(2.31, {"low": 2.1, "high": 2.52, "n": 3}) == "gained 2.31x (repeats 2.10-2.52x)"
     assert "no measured gain or loss" in gain_words(1.02, {"low": 0.95, "high": 1.1, "n": 3})
@@ -245,7 +248,7 @@ def test_the_exercise_judges_more_users_on_each_repeats_step_and_says_nothing_wh
     from types import SimpleNamespace
 
     from lab.experiments.phases import step_up
-    from lab.sentences import kept_growing, more_users_answer, step_of
+    from lab.experiments.phases_words import kept_growing, more_users_answer, step_of
 
     rows = [{"workload": "decode", "engine": e, "users": u, "repeat": r, "output_tok_s": tok_s}
             for e, base in (("hf", 10.0), ("vllm", 20.0)) for r in range(3)
@@ -276,7 +279,7 @@ def test_the_exercise_judges_more_users_on_each_repeats_step_and_says_nothing_wh
 
 def test_the_capacity_exercise_sets_the_guess_against_the_found_ratio_by_its_bound():
     """03's capacity exercise on recorded searches that disagree: an exact ratio, a lower bound, and none."""
-    from lab.sentences import capacity_guess_answer, guess_line
+    from lab.capacity.words import capacity_guess_answer, guess_line
 
     exact, bound = {"value": 4.0, "bound": "exact"}, {"value": 4.0, "bound": "at_least"}
     assert guess_line(3, exact).endswith("your guess was below it, 0.75x what was found.")
@@ -299,7 +302,7 @@ def test_the_capacity_exercise_sets_the_guess_against_the_found_ratio_by_its_bou
 
 
 def test_sweep_answers_say_when_the_repeats_overlap():
-    from lab.sentences import batch_answer, blocks_answer
+    from lab.sweeps.words import batch_answer, blocks_answer
 
     def point(value, tok_s, low, high, **more):
         return {"value": value, "output_tok_s@4": tok_s, "output_tok_s_spread@4": {"low": low, "high": high, "n": 3},
@@ -325,7 +328,7 @@ def recorded_sweep(name: str) -> dict:
 
 
 def test_the_pool_sweep_says_where_the_pool_filled_and_preemption_began():
-    from lab.sentences import sweep_answer
+    from lab.sweeps.words import sweep_answer
 
     tight = " ".join(sweep_answer(recorded_sweep("135m-kvsweep")))
     roomy = recorded_sweep("first-sweeps/8b-kvsweep")
@@ -359,12 +362,13 @@ SHORT = prefix_run(0.0, 0, 0.0785, 0.0771, 0.98, 0.98, 1, 0)
 
 
 def test_the_prefix_answers_follow_the_hits_and_the_ttft_spread():
-    from lab.sentences import prefix_answer, short_prefix_answer, ttft_words
+    from lab.experiments.prefix_words import prefix_answer, short_prefix_answer, ttft_words
 
     long = " ".join(prefix_answer(LONG, 384))
     assert "Constant block first: 67% of the 5,184 prompt tokens looked up hit the cache (measured); the block rule " \
            "gives 67% (computed): the two agree." in long
-    assert "So the constant-first order found 67%" in long and "5.51x (measured; repeats 5.17-5.60x, n=3)" in long
+    assert "So the constant-first order found 67%" in long
+    assert "5.51x (measured; each order's median over its repeats; the paired repeats' ratios 5.17-5.60x, n=3)" in long
     short = " ".join(prefix_answer(SHORT, 64))
     assert "found no more cached (0%) than the last" in short and "the constant-last order was not slower" in short
     straddle = {**LONG, "ttft_ratio_spread": {"low": 0.9, "high": 1.3, "n": 3}}
@@ -376,7 +380,9 @@ def test_the_prefix_answers_follow_the_hits_and_the_ttft_spread():
 
 
 def test_the_sharing_a_device_answers_follow_the_measured_peaks():
-    from lab.sentences import more_answers, plan_answer, preemption_answer, sharing_answer
+    from lab.experiments.memory_words import plan_answer
+    from lab.experiments.preemption_words import preemption_answer
+    from lab.experiments.sharing_words import more_answers, sharing_answer
 
     def sharing(n, one, many, hits):
         return {"one": {"peak_blocks": one}, f"n={n} in one request": {"peak_blocks": many},

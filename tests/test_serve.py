@@ -114,24 +114,17 @@ def test_a_server_killed_mid_run_gives_errors_and_keeps_the_rest(servers):
 
     seen = {}
 
-    class KillAfterFirst:
-        def on_start(self, result):
-            pass
-
-        def on_update(self, result):
-            done = sum(len(lvl.records) for lvl in result.levels)
-            if done >= 1 and not seen:
-                seen["at"] = done
-                kill(server)
-
-        def on_complete(self, result):
-            pass
+    def kill_after_first(result):
+        done = sum(len(lvl.records) for lvl in result.levels)
+        if done >= 1 and not seen:
+            seen["at"] = done
+            kill(server)
 
     async def go_kill():
         session = LabSession(config, ("openai",))
         await session.start()
         try:
-            return await session.run(plan, [KillAfterFirst()])
+            return await session.run(plan, kill_after_first)
         finally:
             await session.stop()
 

@@ -1,5 +1,5 @@
-"""A level's ratio taken apart into its steps (lab.metrics.steps) and said in words (lab.steps_words), on recorded
-runs that disagree: which factor made the ratio, and where each engine's step sits against its floor."""
+"""A level's ratio taken apart into its steps (lab.metrics.steps) and said in words (lab.metrics.steps_words), on
+recorded runs that disagree: which factor made the ratio, and where each engine's step sits against its floor."""
 
 import json
 import math
@@ -10,8 +10,8 @@ import pytest
 from lab.engines.bandwidth import published
 from lab.engines.base import EngineSample, StepClock
 from lab.metrics.steps import all_factors, level_factors, level_steps
+from lab.metrics.steps_words import factors_caption, factors_table, larger, level_lines
 from lab.model import shape_bytes
-from lab.steps_words import factors_caption, factors_table, larger, level_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "docs/results/cpu-epyc-2core/factors"
@@ -154,7 +154,7 @@ def test_a_known_gpu_gets_its_published_peak_beside_the_measurement():
 def test_the_ladder_across_users_says_how_the_lead_and_its_steps_moved():
     """The recorded H200 ladder (`spread` at 1, 8 and 64 users, every chain rung): the lead and each level's largest
     clear step; a ladder of one level says nothing across users."""
-    from lab.steps_words import ladder_levels_lines
+    from lab.experiments.why_words import ladder_levels_lines
 
     fields = json.loads((ROOT / "docs/results/h200-factors/ladder/explain.json").read_text())
     said = " ".join(ladder_levels_lines(fields["levels"]))

@@ -4,7 +4,7 @@
 import pytest
 
 from lab.config import EngineConfig, LoadConfig
-from lab.plots_sweep import sweep_figure
+from lab.plots.sweep import sweep_figure
 from lab.status import RunStatus
 from lab.store import list_sweeps, load_sweep, save
 from lab.sweeps import (
@@ -152,6 +152,25 @@ def test_cancelled_sweep_keeps_its_finished_values_and_restores_the_engine(lab):
     result = lab.loop.run_until_complete(cancel_after_first_point())
     assert result.status == RunStatus.CANCELLED and [p["value"] for p in result.points][:1] == [1]
     assert len(result.points) < 3 and lab.configs["hf"] == lab.config  # restored after the cancel
+
+
+@pytest.mark.slow
+def test_a_new_engine_joins_the_ladder_as_a_rung_through_its_registry_entry_alone(lab):
+    """tests/test_new_engine.py's stand-in, registered for this test only, as a chain rung between hf and hf-cb
+    (its entry's order): the ladder starts it, runs it beside the session's hf and vllm, and factors it in."""
+    from lab.experiments import run_experiment
+    from lab.experiments.why import Params
+    from tests.test_new_engine import registered
+
+    with registered():
+        params = Params(preset="overhead", repeats=1, rungs="hf,echo,vllm")
+        result = lab.loop.run_until_complete(run_experiment(lab, "why", params))
+    assert result.status == RunStatus.OK, result.error
+    rungs = result.fields["rungs"]
+    assert [n for n, r in rungs.items() if r["status"] == "ran"] == ["hf", "echo", "vllm"]
+    assert rungs["echo"]["engine"] == "echo" and rungs["echo"]["tok_s"][0] > 0
+    assert [(f["lower"], f["upper"]) for f in result.fields["factors"]] == [("hf", "echo"), ("echo", "vllm")]
+    assert result.fields["product"] == pytest.approx(result.fields["total"]["value"])
 
 
 def test_a_restart_runs_to_its_end_through_a_cancel_and_then_reports_it():

@@ -1,5 +1,6 @@
-"""vLLM's block table step by step (lab.experiments.table, lab.plots_kv.block_table_view, lab.sentences), on a
-recorded run: the ids vLLM gave 8 requests of 4 users over 126 engine steps (docs/results/cpu-experiments/table)."""
+"""vLLM's block table step by step (lab.experiments.table, lab.plots.kv.block_table_view, lab.experiments.table_words),
+on a recorded run: the ids vLLM gave 8 requests of 4 users over 126 engine steps
+(docs/results/cpu-experiments/table)."""
 
 import json
 from pathlib import Path
@@ -9,8 +10,8 @@ import pytest
 
 from lab.experiments import stored_fields
 from lab.experiments.table import most_holders, shared_prefix, step_view, summarize
-from lab.plots_kv import POOL_COLUMNS, block_table_view
-from lab.sentences import table_answer
+from lab.experiments.table_words import table_answer
+from lab.plots.kv import POOL_COLUMNS, block_table_view
 
 RECORDED = Path(__file__).resolve().parents[1] / "docs/results/cpu-experiments/table/experiment.json"
 

@@ -405,7 +405,7 @@ def watch_while_running(page, host, run_id):
     """While the run goes: a busy spinner, and no plot with negative axes or 'None' (sampled once a second)."""
     page.wait_for_selector("#busy .kv-spin", timeout=30_000)
     seen = []
-    while host.result.id == run_id and host.result.status == "running":
+    while host.last("run").id == run_id and host.last("run").status == "running":
         seen += page.evaluate(NO_MADE_UP_AXES)
         time.sleep(1)
     assert not seen, seen
@@ -433,19 +433,19 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     page.click("#demo")
     wait_text(page, "#message", "started", 30)
     assert page.input_value("#users textarea") == preset.users
-    assert host.result.plan == preset.plan(host.config)
-    run_id = host.result.id  # the demo's run (checked just above); the message line may have moved on
+    assert host.last("run").plan == preset.plan(host.config)
+    run_id = host.last("run").id  # the demo's run (checked just above); the message line may have moved on
     watch_while_running(page, host, run_id)
     try:
         wait_text(page, "#progress", f"Run {run_id} done: ", 300)
     except Exception as exc:  # say where the run stood (a run that hung once here must be found)
-        result = host.result
+        result = host.last("run")
         levels = [(lvl.engine, lvl.users, lvl.status, len(lvl.records), len(lvl.in_flight())) for lvl in result.levels]
         raise AssertionError(f"progress: {page.inner_text('#progress')!r}; message {page.inner_text('#message')!r}; "
                              f"run {result.id} {result.status} "
                              f"{result.message!r}; levels {levels}; running {host.running()}") from exc
     time.sleep(1.5)  # one more timer tick draws the final figures
-    assert host.result.estimate_s > 0 and host.wait_run(10).ended_s  # the estimate it was given, kept
+    assert host.last("run").estimate_s > 0 and host.wait_task(10).ended_s  # the estimate it was given, kept
     for plot in PLOTS:
         assert page.eval_on_selector(f"#{plot}", "e => e.querySelectorAll('g.trace').length") >= 1, plot
     for plot in ("plot-throughput", "plot-bars", "plot-queue"):
@@ -461,8 +461,8 @@ def test_workshop_demo_fills_the_form_and_draws_both_engines(served, browser, tm
     assert "hf" in table and "vllm" in table
     assert page.evaluate(WORDS_BROKEN, "#latency") == []
     caption = page.inner_text("#ratio-caption")  # each level's ratio taken apart into its steps, and the floor
-    for users in host.result.plan.load.users:
-        level = summary_dict(host.result)["factors"][str(users)]
+    for users in host.last("run").plan.load.users:
+        level = summary_dict(host.last("run"))["factors"][str(users)]
         assert f"At {users} users, vLLM/HF {level['product']:.2f}x = " in caption
     assert "tokens per step" in caption and "its floor" in caption
     wait_text(page, "#estimate", "stored run", 20)  # right after the run: what it taught, no edit needed
@@ -582,22 +582,22 @@ def test_second_browser_watches_and_cancel_keeps_partial_results(served, browser
     assert second.is_disabled("#run") and second.is_disabled("#demo")
     assert "already in progress" in client(url).predict(["vllm"], "1", "mixed", 8, BOUND_REQUESTS, 1, 1,
                                                            api_name="/start_run")
-    while not any(r.status == "ok" for lvl in host.result.levels for r in lvl.records):
+    while not any(r.status == "ok" for lvl in host.last("run").levels for r in lvl.records):
         time.sleep(0.2)
     clicked = time.monotonic()
     second.click("#cancel")
     wait_text(first, "#progress", "cancelled", 30)
-    assert host.wait_run(10).status == "cancelled"
+    assert host.wait_task(10).status == "cancelled"
     assert time.monotonic() - clicked < 6  # stops within about two seconds (+ the page's 1 s timer)
-    wait_text(second, "#message", f"Run {host.result.id} ended: cancelled", 10)  # no 'Cancelling' left
+    wait_text(second, "#message", f"Run {host.last('run').id} ended: cancelled", 10)  # no 'Cancelling' left
     second.wait_for_selector("#run:enabled", timeout=10_000)
     assert second.is_disabled("#cancel")
-    finished = sum(1 for lvl in host.result.levels for r in lvl.records if r.status == "ok")
+    finished = sum(1 for lvl in host.last("run").levels for r in lvl.records if r.status == "ok")
     assert f"{finished} requests finished" in first.inner_text("#progress")
-    wait_text(first, "#latency", "vllm" if host.result.levels[-1].engine == "vllm" else "hf", 10)
+    wait_text(first, "#latency", "vllm" if host.last("run").levels[-1].engine == "vllm" else "hf", 10)
     _, details, _ = client(url).predict(api_name="/load_runs")
     stored = {row[0]: row for row in details["data"]}
-    assert host.result.id in stored and "cancelled" in stored[host.result.id]
+    assert host.last("run").id in stored and "cancelled" in stored[host.last("run").id]
     first.close()
     second.close()
 
@@ -695,7 +695,7 @@ def test_an_attendee_cannot_start_cancel_restart_or_connect_and_the_presenter_ca
     assert attendee.is_disabled("#cancel")  # the run goes; the attendee's Cancel stays the presenter's
     assert "Presenter only:** Cancelling" in client(url).predict(api_name="/cancel") and host.running()
     presenter.click("#cancel")
-    assert host.wait_run(30).status == "cancelled"
+    assert host.wait_task(30).status == "cancelled"
     deadline = time.monotonic() + 10
     while host.running() and time.monotonic() < deadline:  # the cancelled run's task ends just after its result
         time.sleep(0.1)
@@ -751,7 +751,7 @@ def test_two_attendees_predict_the_presenter_runs_and_every_page_shows_the_room_
     presenter.get_by_role("tab", name="Load test").click()
     submit(presenter, "1", 8, 1)
     wait_text(presenter, "#message", "started", 30)
-    run = host.wait_run(300)
+    run = host.wait_task(300)
     assert run.status == "ok"
     measured = load_summary(host.db_path, run.id)["predictions"]
     assert measured["values"] == [2.0, 5.0] and measured["measured"] and not measured["open"]
@@ -775,12 +775,12 @@ def test_a_killed_vllm_fails_its_run_shows_dead_and_restarts_from_the_page(serve
     page = open_ready(browser, url)
     c = client(url)
     assert "started" in c.predict(["vllm"], "3", "decode", 64, BOUND_REQUESTS, 4, 1, api_name="/start_run")
-    while not any(r.output_tokens for lvl in host.result.levels for r in lvl.sent):
+    while not any(r.output_tokens for lvl in host.last("run").levels for r in lvl.sent):
         time.sleep(0.1)
     core = next(p for p in psutil.Process(host._pid).children() if "EngineCore" in " ".join(p.cmdline()))
     assert host._pid != os.getpid()  # vLLM's engine process: a child of the app's engine host process
     os.kill(core.pid, signal.SIGKILL)
-    result = host.wait_run(60)
+    result = host.wait_task(60)
     assert result.status == "failed", result.message
     assert result.error == "vLLM's engine process exited (signal 9, SIGKILL), during the 3-user level of vllm"
     assert result.levels[-1].status == "failed" and result.levels[-1].records  # what it measured is kept
@@ -890,14 +890,14 @@ def test_kv_tab_bad_parameters_show_an_input_error_and_nothing_starts(served, br
     from lab.experiments import module
 
     host, url = served
-    before = host.experiment
+    before = host.last("experiment")
     page = open_kv_tab(browser, url)
     run_kv(page, "preemption", "kv_blocks=1")
     hint = page.inner_text("#kv-params-hint")  # the dropdown's choice: its Params' fields
     assert all(f.name in hint for f in dataclasses.fields(module("preemption").Params)), hint
     wait_text(page, "#kv-message", "Input error", 20)
     assert "kv_blocks" in page.inner_text("#kv-message")
-    assert host.experiment is before and not host.running()
+    assert host.last("experiment") is before and not host.running()
     page.close()
 
 
@@ -922,7 +922,7 @@ def test_kv_tab_runs_blocks_and_draws_the_live_grid(served, browser, tmp_path):
     assert '"agree"' in fields and '"series"' not in fields
     assert "vLLM's count vs derived" in page.inner_text("#kv-figure")
     assert page.eval_on_selector("#kv-figure", "e => e.querySelectorAll('g.trace').length") >= 2
-    assert host.experiment.fields["samples"] > 0
+    assert host.last("experiment").fields["samples"] > 0
     shot = Path(os.environ.get("KVLAB_KV_SCREENSHOT", tmp_path / "kv_blocks.png"))
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
@@ -935,7 +935,8 @@ def test_kv_tab_play_moves_the_step_slider_to_the_end_and_a_tick_after_pause_mov
     from lab.app.ui_kv import PLAY_FRAMES, KvHandlers
     from tests.test_table import recorded
 
-    handlers = KvHandlers(SimpleNamespace(experiment=SimpleNamespace(**vars(recorded()), id="recorded")))
+    experiment = SimpleNamespace(**vars(recorded()), id="recorded")
+    handlers = KvHandlers(SimpleNamespace(last=lambda kind: experiment))
     slider, _, said, _ = handlers.table_controls()  # opens where most requests held one block at once, the last time
     assert (slider["value"], slider["maximum"]) == (71, 125) and said.startswith("After step 71, 4 requests")
     playing, timer, label, value = handlers.play(False, 125)  # Play at the end starts over
@@ -958,14 +959,14 @@ def test_kv_tab_draws_vllms_real_block_table_at_a_chosen_step_and_the_most_holde
 
     host, url = served
     page = open_kv_tab(browser, url, viewport={"width": 1400, "height": 1500})
-    before = host.experiment
+    before = host.last("experiment")
     run_kv(page, "table", "")
     deadline = time.monotonic() + 300  # the page's first frame shows the last experiment's "status ok": wait for ours
-    while not (host.experiment is not before and host.experiment.experiment == "table" and host.experiment.ended_at):
-        assert time.monotonic() < deadline, getattr(host.experiment, "message", "no experiment")
+    while not ((found := host.last("experiment")) is not before and found.experiment == "table" and found.ended_at):
+        assert time.monotonic() < deadline, getattr(found, "message", "no experiment")
         time.sleep(0.2)
     wait_text(page, "#kv-progress", "status ok", 60)
-    result = host.experiment
+    result = host.last("experiment")
     own = result.engine_args["vllm"]  # the experiment's own engine, not the session's pool
     assert (own["num_kv_blocks"], own["block_size"]) == (48, 32) == (result.fields["num_blocks"],
                                                                      result.fields["block_size"])
@@ -1004,7 +1005,7 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     page.fill("#sweep-values textarea", "32,48")
     page.click("#sweep-run")
     wait_text(page, "#sweep-message", "Input error", 20)
-    assert "multiple of 32" in page.inner_text("#sweep-message") and host.sweep is None
+    assert "multiple of 32" in page.inner_text("#sweep-message") and host.last("sweep") is None
     page.click("#sweep-knob input")  # HF's knob: its restarts take seconds (vLLM's, ~15 s each on 2 cores, are
     #                                   tests/test_sweeps.py's); the tab's path is the same for every knob
     page.get_by_role("option", name="hf_max_batch_size (hf)").click()
@@ -1017,9 +1018,9 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     wait_text(page, "#sweep-message", "started", 30)
     wait_text(page, "#sweep-progress", "hf_max_batch_size=2 (1/2; 1 left after it)", 30)
     wait_text(page, "#sweep-progress", "hf restored with the session's setting", 300)
-    wait_text(page, "#sweep-stored", host.sweep.id, 20)
-    assert [p["engine_arg"] for p in host.sweep.points] == ["max_batch_size=2", "max_batch_size=4"]
-    host.wait_run(30)  # the sweep's task ends right after the restore
+    wait_text(page, "#sweep-stored", host.last("sweep").id, 20)
+    assert [p["engine_arg"] for p in host.last("sweep").points] == ["max_batch_size=2", "max_batch_size=4"]
+    host.wait_task(30)  # the sweep's task ends right after the restore
     restored = host.environment()["engines"]["hf"]["args"]["max_batch_size"]
     assert restored == host.config.hf_max_batch_size == 32 and not host.running()
     progress = page.inner_text("#sweep-progress")
@@ -1032,7 +1033,7 @@ def test_sweep_tab_refuses_a_bad_value_then_runs_a_sweep_and_draws_each_value(se
     page.close()
     later = open_ready(browser, url)  # a page opened later lists the stored sweep, draws it and offers its files
     later.get_by_role("tab", name="Sweeps").click()
-    sweep_id = host.sweep.id
+    sweep_id = host.last("sweep").id
     wait_text(later, "#sweep-stored", sweep_id, 20)
     later.click("#sweep-chosen input")
     later.get_by_role("option", name=f"({sweep_id})").click()
@@ -1061,18 +1062,18 @@ def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(se
     from lab.store import list_experiments
 
     host, url = served
-    before = host.experiment
+    before = host.last("experiment")
     page = open_why_tab(browser, url, viewport={"width": 1400, "height": 900})
     page.wait_for_selector("#why-run:enabled", timeout=20_000)
     run_ladder(page, 1, "hf,warp")
     wait_text(page, "#why-message", "Input error", 20)
     assert "unknown rung 'warp'" in page.inner_text("#why-message")
-    assert host.experiment is before and not host.running()
+    assert host.last("experiment") is before and not host.running()
     run_ladder(page, 1, "hf,vllm", users="1,2")
     wait_text(page, "#why-message", "Experiment why", 30)
     wait_text(page, "#why-progress", "status ok", 240)
     wait_text(page, "#why-caption", "HF's output tok/s", 20)
-    levels = host.experiment.fields["levels"]
+    levels = host.last("experiment").fields["levels"]
     caption = page.inner_text("#why-caption")
     assert "Across users (measured)" in caption and "taken apart by steps" in caption  # factors across users
     for users in ("1", "2"):
@@ -1080,9 +1081,9 @@ def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(se
     assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 3  # total + steps
     factors = page.inner_text("#why-factors")
     assert "hf → vllm" in factors and "users" in factors
-    assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.experiment.id
+    assert [d["experiment_id"] for d in list_experiments(host.db_path, "why")][0] == host.last("experiment").id
     page.click("#why-stored input")
-    page.get_by_role("option", name=host.experiment.id).click()  # the history shows it again
+    page.get_by_role("option", name=host.last("experiment").id).click()  # the history shows it again
     wait_text(page, "#why-caption", "HF's output tok/s", 20)
     page.screenshot(path=str(tmp_path / "why.png"), full_page=True)
     page.close()
@@ -1098,12 +1099,12 @@ def test_why_tab_cancel_keeps_the_turns_measured(served, browser):
     run_ladder(page, 5, "hf,vllm", users="1")
     wait_text(page, "#why-message", "started", 30)
     deadline = time.monotonic() + 240
-    while not (host.experiment and host.experiment.experiment == "why" and len(host.experiment.rows) >= 2):
-        assert time.monotonic() < deadline and not host.experiment.error, host.experiment.message
+    while not ((found := host.last("experiment")) and found.experiment == "why" and len(found.rows) >= 2):
+        assert time.monotonic() < deadline and not found.error, found.message
         time.sleep(0.2)
     page.click("#why-cancel")
     wait_text(page, "#why-progress", "cancelled", 60)
-    result = host.experiment
+    result = host.last("experiment")
     assert result.status == "cancelled" and 2 <= len(result.rows) < 10 and result.fields["total"] is not None
     stored = {d["experiment_id"]: d for d in list_experiments(host.db_path, "why")}
     mine = stored[result.id]
@@ -1157,14 +1158,14 @@ def test_capacity_tab_refuses_a_bad_target_then_searches_draws_cancels_and_store
     """An attendee's Run is disabled, the reason beside it; the presenter's bad target is named; a search of HF to 2
     users under a loose target draws its probes, the target and the capacity with the computed caption; a second
     search cancelled after its first probe keeps it; both are listed, and the first one's report comes."""
-    from lab.experiments.capacity_search import stored
+    from lab.capacity.stored import stored_searches
 
     host, url = served
-    before = host.experiment
+    before = host.last("capacity")
     attendee = open_tab(browser, url, "Capacity", "#capacity-run")
     watching(attendee, "capacity")  # disabled, the reason beside it
     attendee.close()
-    assert host.experiment is before and not host.running()
+    assert host.last("capacity") is before and not host.running()
     page = open_tab(browser, f"{url}?token={room}", "Capacity", "#capacity-run", viewport={"width": 1400,
                                                                                               "height": 1000})
     wait_text(page, "#role", "Presenter:", 20)
@@ -1172,29 +1173,29 @@ def test_capacity_tab_refuses_a_bad_target_then_searches_draws_cancels_and_store
     run_capacity(page, "ttft_p95=0", 2)
     wait_text(page, "#capacity-message", "Input error", 20)
     assert "slo: ttft_p95 must be a positive time" in page.inner_text("#capacity-message")
-    assert host.experiment is before and not host.running()
+    assert host.last("capacity") is before and not host.running()
     run_capacity(page, "ttft_p95=30s,tpot_p95=2s", 2)
-    wait_text(page, "#capacity-message", "Experiment capacity_search", 20)
+    wait_text(page, "#capacity-message", "Capacity search (", 20)
     wait_text(page, "#capacity-progress", "status ok", 60)
     wait_text(page, "#capacity-caption", "HF served at least 2 users", 10)
-    first = host.experiment
-    assert [r["users"] for r in first.rows] == [1, 2] and "nearest its limit came" in page.inner_text(
+    first = host.last("capacity")
+    assert [probe.level for _, probe in first.probes] == [1, 2] and "nearest its limit came" in page.inner_text(
         "#capacity-caption")
     drawn = page.inner_text("#capacity-figure")
     assert "target" in drawn and "HF capacity: at least 2 users" in drawn
     assert page.eval_on_selector("#capacity-figure", "e => e.querySelectorAll('g.trace').length") >= 4
-    host.wait_run(30)  # the search's task ends just after its result; then the page's Run comes back
+    host.wait_task(30)  # the search's task ends just after its result; then the page's Run comes back
     page.wait_for_selector("#capacity-run:enabled", timeout=10_000)
     run_capacity(page, "ttft_p95=30s,tpot_p95=2s", 64, 32)  # 1, 2, 4, ... 64 users: cancelled after a probe
     deadline = time.monotonic() + 60
-    while not (host.experiment.id != first.id and host.experiment.rows):
-        assert time.monotonic() < deadline and not host.experiment.error, host.experiment.message
+    while not (host.last("capacity").id != first.id and host.last("capacity").probes):
+        assert time.monotonic() < deadline and not host.last("capacity").error, host.last("capacity").message
         time.sleep(0.2)
     page.click("#capacity-cancel")
     wait_text(page, "#capacity-progress", "cancelled", 30)
     wait_text(page, "#capacity-caption", "ended early (cancelled)", 10)
-    second = host.experiment
-    kept = {d["capacity_id"]: d for d in stored(host.db_path)}
+    second = host.last("capacity")
+    kept = {d["capacity_id"]: d for d in stored_searches(host.db_path)}
     assert second.id != first.id and kept[second.id]["status"] == "cancelled" and kept[second.id]["probes"]
     listed = client(url).predict(api_name="/load_capacities")  # the Results tab's list of stored searches
     rows = {row[-1]: dict(zip(listed["headers"], row, strict=True)) for row in listed["data"]}

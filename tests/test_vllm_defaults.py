@@ -11,7 +11,8 @@ import pytest
 
 from lab.__main__ import build_parser, main
 from lab.config import EngineConfig
-from lab.engines.vllm import STEP_CAPS, batch_limits, batch_sources, engine_kwargs
+from lab.engines.vllm import engine_kwargs
+from lab.engines.vllm_caps import STEP_CAPS, batch_limits, batch_sources
 from lab.model import resolve_model
 from lab.options import engine_config_from
 

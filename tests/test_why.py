@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from lab.experiments import parse_params
-from lab.ladder import check_rungs, decompose, largest
-from lab.sentences import ratio_caption, why_caption
+from lab.experiments.ladder import check_rungs, decompose, largest
+from lab.experiments.why_words import why_caption
+from lab.metrics.levels_words import ratio_caption
 
 # Two recorded ladders (tok/s per repeat) whose largest step differs: on a GPU-like run CUDA graphs lead,
 # on a CPU-like spread run continuous batching does.
@@ -142,7 +143,7 @@ def test_the_ratio_caption_names_each_levels_step_times_and_says_why_only_where_
 
 def test_a_headline_never_names_a_step_whose_repeats_straddle_1():
     """Notebook 07's case: at 1 user hf -> hf-cb read 1.44x with repeats straddling 1, and the headline named it."""
-    from lab.sentences import largest_words
+    from lab.experiments.why_words import largest_words
 
     batching = {"lower": "hf", "upper": "hf-cb", "mechanism": "continuous batching", "value": 1.44, "low": 0.8,
                 "high": 2.1, "n": 3}
@@ -151,3 +152,48 @@ def test_a_headline_never_names_a_step_whose_repeats_straddle_1():
     said = largest_words([batching, kernels])
     assert "**hf-cb → vllm**" in said and "hf → hf-cb" not in said
     assert largest_words([batching]) == "no step stands out: every step's repeats straddle 1"
+
+
+def test_the_session_reuses_its_own_engine_keeps_a_rungs_and_stops_one_that_fails_to_start(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    import lab.session
+    from lab.config import EngineConfig
+    from lab.engines.fake import FakeEngine
+
+    class Broken(FakeEngine):
+        async def start(self):
+            raise RuntimeError("no backend here")
+
+        async def stop(self):
+            stopped.append(self.name)
+
+    stopped, config = [], EngineConfig(device="cpu", load_format="dummy")
+    made = {"vllm": FakeEngine, "hf": Broken}
+    monkeypatch.setattr(lab.session, "create_engine", lambda name, config, path: made[name](name))
+    session = lab.session.LabSession(config, ("vllm",), check=SimpleNamespace(model_path="m"))
+    own = FakeEngine("vllm")
+    session.engines["vllm"], session.configs["vllm"] = own, config
+    eager = config.with_overrides(enforce_eager=True)
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(session.rung("vllm", config.with_overrides(gpu_memory_utilization=0.5))) is own
+    kept = loop.run_until_complete(session.rung("vllm-eager", eager))
+    assert kept is not own and loop.run_until_complete(session.rung("vllm-eager", eager)) is kept
+    with pytest.raises(RuntimeError, match="no backend"):
+        loop.run_until_complete(session.rung("hf-compiled", config))
+    assert stopped == ["hf"] and list(session.rungs) == [("vllm-eager", eager)]
+    loop.run_until_complete(session.release_rungs())
+    assert session.rungs == {}
+    loop.close()
+
+
+def test_the_ladder_reads_each_rungs_facts_from_its_entry():
+    from lab.experiments.ladder import RUNGS
+    from lab.experiments.why import _pooled
+
+    assert [n for n in RUNGS if RUNGS[n].optional] == ["vllm-hf-code", "vllm-compiled"]
+    assert [n for n in RUNGS if _pooled(n)] == ["vllm-hf-code", "vllm-eager", "vllm-compiled", "vllm", "vllm-engine",
+                                                "offline"]  # started first, their share of a card asked for
+    offline = RUNGS["offline"]
+    assert (offline.family, offline.whole_batch, RUNGS["hf-compiled"].fits_load) == ("vllm", True, True)

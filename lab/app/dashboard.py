@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
+from lab.capacity import FLAGS, CapacityPlan, capacity_plan
 from lab.config import (
     MAX_RATE,
     MAX_REPEATS,
@@ -22,6 +23,9 @@ from lab.config import (
 )
 from lab.engines import registry
 from lab.environment import GIB
+from lab.metrics.levels_words import ratio_caption
+from lab.metrics.steps_words import factors_caption
+from lab.metrics.turns_words import chat_answer
 from lab.plots import (
     kv_tokens_figure,
     latency_table,
@@ -33,12 +37,16 @@ from lab.plots import (
     vllm_kv_figure,
 )
 from lab.runs import RunResult, summary_dict
-from lab.sentences import chat_answer, ratio_caption
 from lab.status import RequestStatus, RunStatus
-from lab.steps_words import factors_caption
 
 BOUND_REQUESTS, BOUND_SECONDS = "requests per user", "seconds per level"
 RATE_FIELD = "Open loop: requests/s (0 = closed loop)"
+CAPACITY_SLO = "ttft_p95=2s,tpot_p95=150ms"  # the Capacity form's empty target: the CLI's example
+CAPACITY_NAMES = {key: key for key in FLAGS}  # a refusal names the Capacity form's field (its label says the name)
+CAPACITY_NUMBERS = (("max_users", "max_users", whole), ("requests_per_user", "requests_per_user", whole),
+           ("min_requests", "min_requests", whole), ("output_len", "output_len", whole),
+           ("time_limit", "time_limit_s", decimal), ("start_rate", "start_rate", decimal),
+           ("max_rate", "max_rate", decimal))  # the form's numbers: (field, capacity_plan's keyword, rule)
 
 
 def engine_choices(loaded) -> list[tuple[str, str]]:
@@ -133,6 +141,44 @@ def plan_from_inputs(config: EngineConfig, *, engines: list[str] | None, users: 
     return RunPlan(engines=tuple(engines or ()), load=load, engine=config)
 
 
+@dataclass
+class CapacityForm(Generic[T]):
+    """The Capacity form by field name (the declared order is the order Gradio passes them in, and the
+    start_capacity API's); the page holds one of components, a handler one of their values."""
+
+    slo: T
+    engines: T
+    max_users: T
+    workload: T
+    output_len: T
+    requests_per_user: T
+    min_requests: T
+    time_limit: T
+    rate_search: T
+    start_rate: T
+    max_rate: T
+
+def form_plan(form: CapacityForm, config, loaded) -> CapacityPlan:
+    """The validated CapacityPlan the form's values ask for (ValueError naming the field); an empty number keeps
+    the CLI's default, an output length of 0 the workload's lengths."""
+    numbers = {key: rule(getattr(form, name), name) for name, key, rule in CAPACITY_NUMBERS
+               if getattr(form, name) not in (None, "")}
+    numbers["output_len"] = numbers.get("output_len") or None
+    return capacity_plan(form.slo or CAPACITY_SLO, chosen_engines(form.engines, loaded), config,
+                         workload=form.workload, rate_search=bool(form.rate_search), names=CAPACITY_NAMES, **numbers)
+
+
+def chosen_engines(chosen, loaded) -> tuple[str, ...]:
+    """The engines ticked, each loaded here (ValueError naming the field and the choices where none is, or one is
+    not loaded)."""
+    if not chosen:
+        raise ValueError(f"engines: choose at least one of {', '.join(loaded)}")
+    unknown = [name for name in chosen if name not in loaded]
+    if unknown:
+        raise ValueError(f"engines: {unknown[0]!r} is not loaded here; choose from {', '.join(loaded)}")
+    return tuple(chosen)
+
+
 def open_loop_rate(rate: float | None) -> float | None:
     """The page's rate field: 0 is a closed loop (None), else a rate above 0 and at most MAX_RATE a second."""
     value = decimal(rate, RATE_FIELD)
@@ -162,6 +208,31 @@ def progress_text(result: RunResult | None) -> str:
              if ended.count(status)]
     return (f"Run {result.id} {result.message}: {finished} requests finished"
             + (f", {' and '.join(parts)} before their last token" if parts else "") + ".")
+
+
+@dataclass
+class TaskView(Generic[T]):
+    """A task tab's result by name (the Why, Capacity and KV cache tabs): its progress line, its figure, what the lab
+    reads from it, and its table; the page holds one of components, a handler one of their values."""
+
+    progress: T
+    figure: T
+    caption: T
+    table: T
+
+
+@dataclass
+class Compared(Generic[T]):
+    """The Results tab's comparison by name: the chosen runs' tok/s and ratio figures, then the first one's latency
+    table, engine args, requests.csv, summary.json and report."""
+
+    tok_s: T
+    ratio: T
+    latency: T
+    args: T
+    requests: T
+    summary: T
+    report: T
 
 
 @dataclass
@@ -215,11 +286,10 @@ def stored_progress(summary: dict | None) -> str:
             "per-level figures here (figures over time are drawn live).")
 
 
-def busy_words(run, experiment, sweep) -> str:
+def busy_words(task) -> str:
     """What goes now in a few words, or empty: the busy line at the top of the page (and its change key)."""
-    for task, kind in ((sweep, "Sweep"), (experiment, "Experiment"), (run, "Run")):
-        if task is not None and task.status == RunStatus.RUNNING:
-            return f"{kind} {task.id} running: {task.message}"
+    if task is not None and task.status == RunStatus.RUNNING:
+        return f"{task.KIND.capitalize()} {task.id} running: {task.message}"
     return ""
 
 

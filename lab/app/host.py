@@ -1,9 +1,9 @@
 """The engine host behind the page: one session, one task at a time, implementing the ``Host`` seam.
 
-LabHost loads the engines, starts runs, experiments and sweeps as the one task of its TaskRunner (runner.py),
-restarts dead engines through its EngineDoctor (health.py), connects endpoints and stores every task as it
-goes. Pages only read snapshots: the load status, the current (or last) results, and a version number that
-changes whenever there is something new to draw.
+LabHost loads the engines, starts every task kind through one ``submit`` (the request names its kind: lab.tasks) as
+the one task of its TaskRunner (runner.py), restarts dead engines through its EngineDoctor (health.py), connects
+endpoints and stores every task at its checkpoints. Pages only read snapshots: the load status, the current task
+and the last of each kind, and a version number that changes whenever there is something new to draw.
 """
 
 from __future__ import annotations
@@ -18,43 +18,21 @@ from lab.app.health import MAX_DEATHS, EngineDoctor
 from lab.app.runner import TaskRunner, poll_until
 from lab.app.seam import LoadStatus
 from lab.config import Endpoint, EngineConfig, RunPlan
-from lab.engines.registry import label
+from lab.engines.registry import default_names, label
 from lab.environment import process_rss_bytes, read_device, shm_warning, versions
 from lab.estimate import Estimate, estimate_run, stored_history
-from lab.memory import kv_fit_warning
-from lab.predictions import RATIO, STEP, TASKS, Round, new_round
+from lab.predictions import TASKS, Round, new_round
 from lab.runs import RunResult, wall_s
 from lab.session import LabSession, SessionCheck, check_session, settle_heap
 from lab.status import RunStatus
-from lab.store import default_db_path, save
+from lab.store import default_db_path, keep, save_at_checkpoint
+from lab.tasks import spec, spec_of
 
 log = logging.getLogger(__name__)
 __all__ = ["MAX_DEATHS", "LabHost", "LoadStatus"]
-
-
-class _Recorder:
-    """Observer that bumps the host's version and stores the run as each level and the run end."""
-
-    def __init__(self, host: LabHost):
-        self.host = host
-        self.saved_levels = 0
-
-    def on_start(self, result: RunResult) -> None:
-        self.host.bump()
-
-    def on_update(self, result: RunResult) -> None:
-        finished = sum(1 for lvl in result.levels if lvl.status != RunStatus.RUNNING)
-        if finished != self.saved_levels:
-            self.saved_levels = finished
-            self.host.keep(result)
-        self.host.bump()
-
-    def on_complete(self, result: RunResult) -> None:
-        self.host.keep(result)
-        log_estimate(result)
-        if result.status == RunStatus.OK:  # a good run ends a streak of deaths
-            self.host.doctor.recovered(result.plan.engines)
-        self.host.bump()
+BUSY = "A run, experiment, sweep or capacity search is already in progress: watching it live."
+RESTART_CANCELLING = "Cancelling the restart: the engine starting now finishes its start; those not begun stay dead."
+NOTHING_TO_CANCEL = "No run in progress."
 
 
 def names(engines) -> str:
@@ -73,7 +51,7 @@ def log_estimate(result: RunResult) -> None:
 class LabHost:
     """Holds the loaded engines for the app; thread-safe entry points for UI callbacks."""
 
-    def __init__(self, config: EngineConfig, engines: tuple[str, ...] = ("hf", "vllm"),
+    def __init__(self, config: EngineConfig, engines: tuple[str, ...] = default_names(),
                  db_path: str | Path | None = None):
         self.config = config
         self.engine_names = engines
@@ -81,9 +59,9 @@ class LabHost:
         self.check: SessionCheck = check_session(config, engines)  # bad config fails here, before loading
         self.status = LoadStatus(total_steps=1 + len(engines) + (len(engines) > 1))  # + agreement check
         self.session: LabSession | None = None
-        self.result: RunResult | None = None
-        self.experiment = None  # the current (or last) ExperimentResult
-        self.sweep = None  # the current (or last) SweepResult
+        self.task = None  # the current (or last) task of any kind
+        self.tasks: dict = {}  # the current (or last) task of each kind (lab.tasks.KINDS)
+        self._stored = None  # the current task's checkpoint when it was last stored
         self.version = 0
         self.doctor = EngineDoctor(self)
         self.runner = TaskRunner(self.bump)  # a task's end bumps the version: its last words change the page
@@ -122,34 +100,55 @@ class LabHost:
 
     # -- tasks --------------------------------------------------------------------------------
     def running(self) -> bool:
-        """Whether a run, experiment or sweep is in progress."""
+        """Whether a task (a run, experiment, sweep or search; a restart) is in progress."""
         return self.runner.running()
 
-    def busy(self) -> str | None:
-        """Why nothing can start now (loading, or a run or experiment in progress), else None."""
+    def busy(self, dead: list[str] = ()) -> str | None:
+        """The one busy rule: why nothing can start now (loading, a task in progress, ``dead`` engines that died too
+        often to restart), else None."""
         if not self.status.ready:
             return self.status.text()
         if self.running():
-            return "A run, experiment or sweep is already in progress: watching it live."
-        return None
+            return BUSY
+        return self.doctor.refuse(dead) if dead else None
 
-    def submit(self, plan: RunPlan) -> tuple[bool, str]:
-        """Start a run unless something is going (a dead engine of the plan is restarted first, unless it
-        died too often); returns (started, message)."""
+    def last(self, kind: str):
+        """The current (or last) task of ``kind`` (run, experiment, sweep, capacity), None before the first."""
+        return self.tasks.get(kind)
+
+    def submit(self, plan) -> tuple[bool, str]:
+        """Start the task ``plan`` asks for unless something is going: (started, message). The kind's dead engines
+        are restarted first where its kind says so (unless they died too often).
+
+        Raises:
+            ValueError: a request its kind refuses (before anything starts or restarts).
+        """
+        task = spec_of(plan)
+        task.check(plan, self.config, self.session)
         with self._lock:
-            reason, dead_now = self.busy(), self.dead()
-            dead = [name for name in plan.engines if name in dead_now]
-            reason = reason or self.doctor.refuse(dead)
+            dead = [name for name in getattr(plan, "engines", ()) if name in self.dead()] if task.restarts_dead else []
+            reason = self.busy(dead)
             if reason:
                 return False, reason
-            result = self.result = self.session.new_result(plan)
-            result.estimate_s = self.estimate(plan, dead).seconds
-            self._attach(result.id, RATIO)
-            self.runner.start(self._restart_then_run(dead, plan, result))
+            result = self.task = self.tasks[task.kind] = task.new(self.session, plan)
+            self._stored = result.checkpoint()
+            self._prepare(task, plan, result, dead)
+            self.runner.start(self._go(task, plan, result, dead))
         self.bump()
-        warning = kv_fit_warning(plan, self.check.memory)
+        return True, self._started_words(task, plan, result, dead)
+
+    def _prepare(self, task, plan, result, dead: list[str]) -> None:
+        """A run's estimate; the room's predictions round its kind takes (TaskSpec.predicts) goes with it."""
+        if isinstance(result, RunResult):
+            result.estimate_s = self.estimate(plan, dead).seconds
+        kind = task.predicts(plan)
+        if kind:
+            self._attach(result.id, kind)
+
+    def _started_words(self, task, plan, result, dead: list[str]) -> str:
+        warning = task.warning(plan, self.check.memory)
         restart = f" First restarting {names(dead)}." if dead else ""
-        return True, f"Run {result.id} started.{restart}" + (f" **Warning:** {warning}." if warning else "")
+        return task.started(result) + restart + (f" **Warning:** {warning}." if warning else "")
 
     def estimate(self, plan: RunPlan, dead: list[str]) -> Estimate:
         """How long ``plan`` should take here (lab.estimate), restarting the ``dead`` engines first."""
@@ -159,7 +158,7 @@ class LabHost:
         health = self.health()
         return estimate_run(plan, past, {name: health[name].get("last_start_s") or 0.0 for name in dead})
 
-    async def _restart_then_run(self, dead: list[str], plan: RunPlan, result: RunResult) -> None:
+    async def _go(self, task, plan, result, dead: list[str]) -> None:
         if dead:
             result.message = f"restarting {names(dead)} first ({self.doctor.start_words(dead)})"
         if dead and not await self.doctor.restart(dead):
@@ -167,67 +166,31 @@ class LabHost:
             result.message = f"failed: could not restart {names(dead)}: {result.error}"
             self.keep(result)
             return
-        result.engine_info = {name: self.session.info[name] for name in plan.engines}
-        await self.session.run(plan, [_Recorder(self)], result)
+        await task.run(self.session, plan, result, self._progress)
 
-    def submit_experiment(self, name: str, params) -> tuple[bool, str]:
-        """Start a KV-cache experiment unless something is going; stored as it ends (partial ones too).
-
-        Raises:
-            ValueError: a parameter past its limit (before anything starts).
-        """
-        from lab.experiments import new_result, run_experiment, validate
-
-        validate(name, params, self.config)
-        with self._lock:
-            reason = self.busy()
-            if reason:
-                return False, reason
-            result = self.experiment = new_result(self.session, name, params)
-            if name == "why":
-                self._attach(result.id, STEP)
-            self.runner.start(run_experiment(self.session, name, params, result, self._ended))
-        self.bump()
-        return True, f"Experiment {name} ({result.id}) started."
-
-    def submit_sweep(self, plan) -> tuple[bool, str]:
-        """Start a sweep unless something is going; stored as each value ends (partial ones too).
-
-        Raises:
-            ValueError: a knob or value the engine does not allow (before anything restarts).
-        """
-        from lab.sweeps import new_sweep, run_sweep
-
-        plan.check(self.config, self.session.held_bytes(plan.engine) if self.session else 0)
-        with self._lock:
-            reason = self.busy()
-            if reason:
-                return False, reason
-            result = self.sweep = new_sweep(self.session, plan)
-            self.runner.start(run_sweep(self.session, plan, result, self._ended))
-        self.bump()
-        return True, f"Sweep of {plan.knob} ({result.id}) started: one {names([plan.engine])} restart per value."
-
-    def _ended(self, result) -> None:
-        """An experiment's or a sweep's update: stored once it has ended, or at every update where its kind says so."""
-        if result.status != RunStatus.RUNNING or result.STORED_AS_IT_GOES:
-            self.keep(result)
+    def _progress(self, result) -> None:
+        """Every task's one progress channel: stored at each of its checkpoints; an ended run logs its estimate's
+        error and ends a streak of deaths; watchers told."""
+        self._stored = save_at_checkpoint(result, self._stored, self.keep)
+        if isinstance(result, RunResult) and result.ended_at:
+            log_estimate(result)
+            if result.status == RunStatus.OK:  # a good run ends a streak of deaths
+                self.doctor.recovered(result.plan.engines)
         self.bump()
 
     def cancel(self) -> str:
-        """Cancel the task in progress (it stops within about two seconds and keeps its data)."""
+        """Cancel the task in progress (it stops within about two seconds and keeps its data), or a restart of dead
+        engines; the words of what is cancelled."""
         if not self.running():
-            return "No run in progress."
+            return NOTHING_TO_CANCEL
         self.runner.cancel()
-        if self.sweep is not None and self.sweep.status == RunStatus.RUNNING:
-            return ("Cancelling the sweep: it stops once the engine restart in progress (if any) has finished, "
-                    "keeps its finished values and restores the session's setting.")
-        return "Cancelling: the run stops within about two seconds and keeps what it measured."
+        going = self.task is not None and self.task.status == RunStatus.RUNNING
+        return spec(self.task.KIND).cancelling if going else RESTART_CANCELLING
 
-    def wait_run(self, timeout_s: float | None = None) -> RunResult | None:
-        """Block until the current task ends (or the timeout passes); returns the current run."""
+    def wait_task(self, timeout_s: float | None = None):
+        """Block until the current task ends (or the timeout passes); returns it (None before the first)."""
         self.runner.wait(timeout_s)
-        return self.result
+        return self.task
 
     # -- engine health ------------------------------------------------------------------------
     def health(self) -> dict[str, dict]:
@@ -246,8 +209,7 @@ class LabHost:
         """Restart the engines that died (the others stay loaded), unless something is going."""
         with self._lock:
             dead = self.dead()
-            reason = self.busy() or ("" if dead else "Every engine is alive: nothing to restart.")
-            reason = reason or self.doctor.refuse(dead)
+            reason = self.busy(dead) or ("" if dead else "Every engine is alive: nothing to restart.")
             if reason:
                 return False, reason
             self.runner.start(self.doctor.restart(dead))
@@ -351,10 +313,7 @@ class LabHost:
 
     def keep(self, result) -> None:
         """Store a run, experiment or sweep (partial or final) in the results database; a failure is logged."""
-        try:
-            save(self.db_path, result, self._predictions_of(result))
-        except Exception:
-            log.exception("could not store %s %s", result.KIND, result.id)
+        keep(self.db_path, result, self._predictions_of(result))
 
     def environment(self) -> dict:
         """Device, versions, model and both engines' args and memory, as shown on the Environment tab."""
@@ -387,7 +346,7 @@ class LabHost:
         """Stop the engines and the loop thread."""
         if self.running():
             self.cancel()
-            self.wait_run(10)
+            self.wait_task(10)
         began = time.monotonic()
         if self.session is not None:
             self.runner.submit(self.session.stop()).result(timeout=60)

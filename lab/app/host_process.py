@@ -32,10 +32,11 @@ from pathlib import Path
 
 from lab import LOG_FORMAT
 from lab.app.host import LabHost
-from lab.app.mirror import apply_part, apply_run, held_thing, holding, part_of, run_part
+from lab.app.mirror import apply, cut, hold
 from lab.app.runner import poll_until
-from lab.app.seam import Host, LoadStatus, members
+from lab.app.seam import ATTRIBUTES, FIXED, MIRRORED, Host, LoadStatus, members
 from lab.config import EngineConfig
+from lab.engines.registry import default_names
 from lab.metrics.machine import ROOT_ENV  # the page's process is the lab's too: its CPU is not another process's
 from lab.status import EngineHealth, RunStatus
 
@@ -47,6 +48,9 @@ CONNECT_S = 120.0  # the host process's imports on a slow machine
 ANSWER_POLL_S = 0.5  # how often a call waiting for its answer checks that the host process lives
 STOP_S = 90.0  # the host process's own close (vLLM's stop) before the app kills it
 COMMANDS = members("command") + members("ask")  # what the page may call in the host process
+READS = members("read")  # the seam's reads: answers the host computes at each sync
+COPIED = tuple(name for name in ATTRIBUTES if name not in FIXED + MIRRORED)  # the attributes every sync copies
+SYNCED = COPIED + READS  # what every sync brings, by the seam's declaration
 
 
 class HostGone(RuntimeError):
@@ -55,20 +59,12 @@ class HostGone(RuntimeError):
 
 @dataclass
 class Snapshot:
-    """What one sync brings: the header every time; the results' new parts while a run goes or when the
-    version moved."""
+    """What one sync brings: the seam's SYNCED attributes and reads by name, every time; the tasks' new parts
+    while a task goes or when the version moved."""
 
-    version: int
-    running: bool
-    status: LoadStatus
-    status_text: str
-    health: dict
-    dead: list
-    agreement: dict | None
-    config: EngineConfig
-    engine_names: tuple
-    parts: bytes | None = None  # pickled (run, experiment, sweep) parts, cut on the host's loop
-    predictions: dict | None = None  # the room's current round (a few hundred numbers at most)
+    values: dict  # SYNCED's names -> their values on the host
+    task_kind: str | None = None  # the current task's kind: the page's ``task`` is its mirror of that kind
+    parts: bytes | None = None  # pickled {kind: part} (lab.app.mirror.cut), cut on the host's loop
     gone: str = field(default="", repr=False)  # the page's side: why the host process is gone
 
 
@@ -107,11 +103,9 @@ class HostService:
             version, running, parts = host.on_loop(lambda: _cut(host, version, held), LOOP_WAIT_S)
         except TimeoutError:  # the loop is busy: the next sync asks again
             running, parts = host.running(), None
-        health = host.health()
-        return Snapshot(version=version, running=running, status=host.status,
-                        status_text=host.doctor.status_text(health), health=health, dead=host.doctor.dead(health),
-                        agreement=host.agreement(), config=host.config, engine_names=host.engine_names, parts=parts,
-                        predictions=host.predictions())
+        values = {name: getattr(host, name)() if name in READS else getattr(host, name) for name in SYNCED}
+        values["version"], values["running"] = version, running  # as of the cut
+        return Snapshot(values, None if host.task is None else host.task.KIND, parts)
 
     def close(self) -> None:
         """Stop the engines (once, whoever asks first: the app, SIGTERM, or the app's pipe closing)."""
@@ -130,13 +124,13 @@ class HostService:
 
 
 def _cut(host: LabHost, version: int, held: tuple) -> tuple:
-    """On the host's loop: its version, whether a run goes, and the new parts pickled (None if nothing moved).
-    A run's own levels bump the version, and so does the end of every task; a sweep's or an experiment's load
+    """On the host's loop: its version, whether a task goes, and the new parts of the last task of each kind
+    pickled (None if nothing moved). Every task's progress bumps the version; a sweep's or an experiment's load
     runs do not, so they are cut at every sync while anything runs."""
     running = host.running()
     if host.version == version and not running:
         return version, running, None
-    parts = (run_part(host.result, held[0]), part_of(host.experiment, held[1]), part_of(host.sweep, held[2]))
+    parts = {kind: cut(thing, held.get(kind)) for kind, thing in host.tasks.items()}
     return host.version, running, pickle.dumps(parts, pickle.HIGHEST_PROTOCOL)
 
 
@@ -218,10 +212,10 @@ class RemoteHost:
     """The ``Host`` seam for the page, with the engines in a process of their own (see the module doc): its
     commands, questions and reads are made from the seam's declarations (``_forward``), not written here."""
 
-    def __init__(self, config: EngineConfig, engines: tuple[str, ...] = ("hf", "vllm"),
+    def __init__(self, config: EngineConfig, engines: tuple[str, ...] = default_names(),
                  db_path: str | Path | None = None):
         self.config, self.engine_names, self.version = config, engines, 0
-        self.result = self.experiment = self.sweep = None
+        self.task, self._tasks = None, {}  # the current task's mirror; the mirror of the last of each kind
         self._snap: Snapshot | None = None
         self._settled = False  # whether the mirror's experiment and sweep were cut with no task running
         self._key, self._local, self._sync_lock = secrets.token_bytes(16), threading.local(), threading.Lock()
@@ -288,19 +282,17 @@ class RemoteHost:
 
     # -- the mirror -----------------------------------------------------------------------------
     def _sync(self) -> None:
-        """Bring the header and the mirrored run, experiment and sweep up to date."""
+        """Bring the header and the mirrored tasks up to date."""
         with self._sync_lock:
-            held = (holding(self.result), held_thing(self.experiment, self._settled),
-                    held_thing(self.sweep, self._settled))
+            held = {kind: hold(thing, self._settled) for kind, thing in self._tasks.items()}
             snap: Snapshot = self._call("sync", self.version, held)
             if snap.parts is not None:
-                result, experiment, sweep = pickle.loads(snap.parts)
-                self.result = apply_run(self.result, result)
-                self.experiment = apply_part(self.experiment, experiment)
-                self.sweep = apply_part(self.sweep, sweep)
-                self._settled = not snap.running  # cut with no task running: what it holds is final
-            self._snap, self.status, self.config = snap, snap.status, snap.config
-            self.engine_names, self.version = snap.engine_names, snap.version
+                for kind, part in pickle.loads(snap.parts).items():
+                    self._tasks[kind] = apply(self._tasks.get(kind), part)
+                self._settled = not snap.values["running"]  # cut with no task running: what it holds is final
+            for name in COPIED:
+                setattr(self, name, snap.values[name])
+            self._snap, self.task = snap, self._tasks.get(snap.task_kind)
 
     def _follow(self) -> None:
         """Sync every SYNC_S until closed; once the host process is gone, say so in the header."""
@@ -320,9 +312,9 @@ class RemoteHost:
         health = {name: {"state": EngineHealth.DEAD, "reason": why, "last_start_s": None}
                   for name in self.engine_names}
         self.status = LoadStatus(total_steps=self.status.total_steps, error=why)
-        self._snap = Snapshot(version=self.version, running=False, status=self.status,
-                              status_text=f"**Engines gone:** {why}.", health=health, dead=[], agreement=None,
-                              config=self.config, engine_names=self.engine_names, gone=why)
+        values = self._snap.values | {"running": False, "status": self.status, "health": health, "dead": [],
+                                      "status_text": f"**Engines gone:** {why}.", "agreement": None}
+        self._snap = Snapshot(values, self._snap.task_kind, gone=why)
 
     # -- each side's own -------------------------------------------------------------------------
     def wait_ready(self, timeout_s: float | None = None) -> bool:
@@ -330,15 +322,19 @@ class RemoteHost:
         poll_until(lambda: self.status.ready or bool(self.status.error), timeout_s)
         return self.status.ready
 
-    def wait_run(self, timeout_s: float | None = None):
-        """Block until the current run has ended and the mirror holds its end (or the timeout passes, or the
-        host process is gone); returns the mirrored result."""
+    def last(self, kind: str):
+        """The mirror of the host's current (or last) task of ``kind``, None before the first."""
+        return self._tasks.get(kind)
+
+    def wait_task(self, timeout_s: float | None = None):
+        """Block until the current task has ended and the mirror holds its end (or the timeout passes, or the
+        host process is gone); returns the mirror of it (None before the first)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._snap.gone and (deadline is None or time.monotonic() < deadline):
-            if not self.running() and (self.result is None or self.result.status != RunStatus.RUNNING):
+            if not self.running() and (self.task is None or self.task.status != RunStatus.RUNNING):
                 break
             time.sleep(SYNC_S / 2)
-        return self.result
+        return self.task
 
     def close(self) -> None:
         """Stop the engines and the host process (and what it left behind, if it died)."""
@@ -370,7 +366,7 @@ def _forward(name: str, kind: str):
     last sync's snapshot."""
     if kind == "read":
         def member(self):
-            return getattr(self._snap, name)
+            return self._snap.values[name]
     elif kind == "command":
         def member(self, *args):
             return self._command(name, *args)

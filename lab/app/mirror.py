@@ -6,9 +6,9 @@ reads a mirror. The mirror says what it holds (``holding``: which run, and per l
 samples and whether it saw the level end); the host answers with a part (``run_part``): each level cut to
 what the mirror lacks, the requests still in flight whole (one per user at most), a level the mirror saw
 end left out (None), stamped with when it was copied. Ended records and samples never change, so each
-crosses once. Experiments and sweeps carry a run of their own (``part_of`` / ``apply_part``); one whose end
-the mirror holds crosses no more (SAME). Status fields are applied last, so that a reader who sees a level or run
-ended sees all of it. Pure functions: no I/O, no locks.
+crosses once. Experiments, sweeps and capacity searches carry a run of their own (``part_of`` / ``apply_part``);
+one whose end the mirror holds crosses no more (SAME). Status fields are applied last, so that a reader who sees a
+level or run ended sees all of it. Pure functions: no I/O, no locks.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from lab.status import RunStatus
 
 ENDED_FIELDS = ("error", "summary", "kv", "kv_series", "tok_s_series", "steps", "machine", "status")  # status last
 SAME = "same"  # part_of's answer for an experiment or sweep the mirror already holds, ended
+RUN_LEVELS = "levels"  # a task's own list of its run's levels (a capacity search's probes, each one's requests):
+#                        it crosses as the run does, cut, not whole at every sync; the mirror's are its run's
 
 
 def holding(run: RunResult | None) -> tuple | None:
@@ -97,6 +99,8 @@ def part_of(thing, held: tuple | None):
         return SAME
     part = copy.copy(thing)
     part.run = run_part(thing.run, held[2] if same else None)
+    if hasattr(thing, RUN_LEVELS):
+        setattr(part, RUN_LEVELS, None)
     return part
 
 
@@ -108,4 +112,21 @@ def apply_part(mirror, part):
     run = apply_run(mirror.run if same else None, part.run)
     mirror = copy.copy(part)
     mirror.run = run
+    if hasattr(part, RUN_LEVELS):
+        setattr(mirror, RUN_LEVELS, [] if run is None else run.levels)
     return mirror
+
+
+def hold(thing, settled: bool) -> tuple | None:
+    """What a mirrored task of any kind holds (a run: ``holding``; else ``held_thing``)."""
+    return holding(thing) if isinstance(thing, RunResult) else held_thing(thing, settled)
+
+
+def cut(thing, held: tuple | None):
+    """The part of a task of any kind that a mirror holding ``held`` lacks."""
+    return run_part(thing, held) if isinstance(thing, RunResult) else part_of(thing, held)
+
+
+def apply(mirror, part):
+    """The mirrored task of any kind with ``part`` added."""
+    return apply_run(mirror, part) if isinstance(part, RunResult) else apply_part(mirror, part)

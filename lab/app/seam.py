@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from lab.config import Endpoint, EngineConfig, RunPlan
+from lab.config import Endpoint, EngineConfig
 
 
 def _declares(kind: str):
@@ -65,7 +65,7 @@ class Host(Protocol):
         status: Loading progress.
         check: The session check made before loading (model, device, memory plan).
         db_path: The results database.
-        result, experiment, sweep: The current (or last) run, experiment and sweep, live while they go.
+        task: The current (or last) task of any kind, live while it goes (``last`` gives the last of one kind).
     """
 
     config: EngineConfig
@@ -74,25 +74,16 @@ class Host(Protocol):
     status: LoadStatus
     check: Any
     db_path: Path
-    result: Any
-    experiment: Any
-    sweep: Any
+    task: Any
 
     @command
     def start_loading(self) -> None:
         """Start the engines; progress goes to ``status``."""
 
     @command
-    def submit(self, plan: RunPlan) -> tuple[bool, str]:
-        """Start a run unless something is going: (started, message)."""
-
-    @command
-    def submit_experiment(self, name: str, params: Any) -> tuple[bool, str]:
-        """Start an experiment unless something is going (ValueError on a bad parameter)."""
-
-    @command
-    def submit_sweep(self, plan: Any) -> tuple[bool, str]:
-        """Start a sweep unless something is going (ValueError on a bad knob or value)."""
+    def submit(self, plan: Any) -> tuple[bool, str]:
+        """Start the task ``plan`` asks for (a RunPlan, ExperimentPlan, SweepPlan or CapacityPlan: lab.tasks)
+        unless something is going: (started, message); ValueError on a request its kind refuses."""
 
     @command
     def cancel(self) -> str:
@@ -124,7 +115,7 @@ class Host(Protocol):
 
     @read
     def running(self) -> bool:
-        """Whether a run, experiment or sweep goes."""
+        """Whether a task goes."""
 
     @read
     def health(self) -> dict[str, dict]:
@@ -151,8 +142,13 @@ class Host(Protocol):
         """Block until loaded (or failed); True when ready."""
 
     @local
-    def wait_run(self, timeout_s: float | None = None) -> Any:
-        """Block until the current task has ended; returns the current run."""
+    def last(self, kind: str) -> Any:
+        """The current (or last) task of ``kind`` (run, experiment, sweep, capacity), None before the first: the
+        host's own, or the page's mirror of it."""
+
+    @local
+    def wait_task(self, timeout_s: float | None = None) -> Any:
+        """Block until the current task has ended; returns it (None before the first)."""
 
     @local
     def close(self) -> None:
@@ -160,6 +156,8 @@ class Host(Protocol):
 
 
 ATTRIBUTES = tuple(Host.__annotations__)  # the values a page reads: Host's annotations, the one list
+FIXED = ("check", "db_path")  # attributes set once, as the host starts: never synced again
+MIRRORED = ("task",)  # attributes the page's side mirrors part by part (lab.app.mirror), not copied whole
 
 
 def members(kind: str) -> tuple[str, ...]:

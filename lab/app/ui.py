@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Generic
 
 import gradio as gr
 import pandas as pd
@@ -27,9 +27,11 @@ from lab.app.dashboard import (
     BOUND_REQUESTS,
     BOUND_SECONDS,
     RATE_FIELD,
+    Compared,
     LoadForm,
     OverTime,
     PerLevel,
+    T,
     agreement_warning,
     busy_words,
     engine_choices,
@@ -50,7 +52,7 @@ from lab.app.ui_frame import FirstFrame, LivePage
 from lab.app.ui_kv import build_kv_tab
 from lab.app.ui_predict import build_predict_tab
 from lab.app.ui_sweep import build_sweep_tab
-from lab.app.ui_timer import Pace, Ticker
+from lab.app.ui_timer import Pace, Ticker, skipped, start_task
 from lab.app.ui_why import build_why_tab
 from lab.config import ENDPOINT_ENGINE, MAX_REPEATS, Endpoint
 from lab.environment import shm_warning
@@ -104,12 +106,7 @@ class Handlers:
     # -- actions -------------------------------------------------------------------------------
     def start_run(self, *values) -> str:
         """Start a run from the Load-test form's values (LoadForm's order); returns the message line."""
-        try:
-            plan = plan_from_inputs(self.host.config, **vars(LoadForm(*values)))
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        started, message = self.host.submit(plan)
-        return message if started else f"**Not started:** {message}"
+        return start_task(self.host, lambda: plan_from_inputs(self.host.config, **vars(LoadForm(*values))))
 
     def estimate(self, *values) -> str:
         """How long Run would take here, computed from stored runs; a dead engine of the plan is restarted first,
@@ -146,11 +143,11 @@ class Handlers:
 
     def progress_now(self) -> str:
         """The progress line right after Run (the timer would redraw it only at its next tick)."""
-        return progress_text(self.host.result)
+        return progress_text(self.host.last("run"))
 
     def run_ended(self, message: str):
         """Once the run has ended, this page's 'started' or 'Cancelling' line for it says so (others stay)."""
-        result = self.host.result
+        result = self.host.last("run")
         if result is None or result.status == RunStatus.RUNNING:  # the key also changes when a new run starts
             return gr.skip()
         if not (result.id in (message or "") or (message or "").startswith("Cancelling")):
@@ -160,7 +157,7 @@ class Handlers:
     def form_now(self) -> LoadForm:
         """The current (or last) run's settings, for a page that opens at any time: the running or last run of
         this app, else the newest stored one, else the form's defaults."""
-        result = self.host.result
+        result = self.host.last("run")
         if result is not None:
             form = LoadForm.of_plan(result.plan)
         elif stored := self.last_stored():
@@ -172,7 +169,7 @@ class Handlers:
 
     def form_key(self) -> tuple | None:
         """Changes when a run starts and when it ends (the form and its estimate in a page's first frame)."""
-        result = self.host.result
+        result = self.host.last("run")
         return None if result is None else (result.id, result.status == RunStatus.RUNNING)
 
     def form_frame(self) -> list:
@@ -237,7 +234,7 @@ class Handlers:
         started, message = self.host.submit(plan)
         if not started:
             return json.dumps({"error": message})
-        return json.dumps(summary_dict(self.host.wait_run()), default=str)
+        return json.dumps(summary_dict(self.host.wait_task()), default=str)
 
     # -- change keys: cheap, read every tick -----------------------------------------------------
     def status_key(self) -> str:
@@ -247,7 +244,7 @@ class Handlers:
 
     def live_key(self) -> tuple | None:
         """Changes whenever the current run has something new to draw; None before the first run."""
-        result = self.host.result
+        result = self.host.last("run")
         return (result.id, self.host.version) if result else None
 
     def runs_key(self) -> tuple:
@@ -256,7 +253,7 @@ class Handlers:
 
     def finished_key(self) -> str | None:
         """The id of the last run once it has ended (changes when a run finishes)."""
-        result = self.host.result
+        result = self.host.last("run")
         return result.id if result and result.status != RunStatus.RUNNING else None
 
     def ready_key(self) -> tuple:
@@ -279,27 +276,27 @@ class Handlers:
     def live(self) -> list:
         """Progress line and the four figures over time of the current run (every change); before this app's
         first run, the newest stored run's line (its figures over time are drawn live only)."""
-        result = self.host.result
+        result = self.host.last("run")
         if result is None:
-            return parts(OverTime(stored_progress(self.last_stored()), *[gr.skip()] * 4))
+            return parts(skipped(OverTime, progress=stored_progress(self.last_stored())))
         return parts(over_time_view(result))
 
     def per_level_key(self) -> tuple | None:
         """Changes when a level begins or ends (the per-level figures redraw only then)."""
-        return per_level_key(self.host.result)
+        return per_level_key(self.host.last("run"))
 
     def per_level(self) -> list:
         """The per-level bars, the ratio and the latency table of the current run (before this app's first run,
         of the newest stored run)."""
-        result = self.host.result
+        result = self.host.last("run")
         if result is not None:
             return parts(per_level_view(result))
         stored = self.last_stored()
-        return parts(stored_view(stored) if stored else PerLevel(*[gr.skip()] * 5))
+        return parts(stored_view(stored) if stored else skipped(PerLevel))
 
     def busy_key(self) -> str:
         """Changes when a run, experiment or sweep starts or ends, and with the level a run is at."""
-        return busy_words(self.host.result, self.host.experiment, self.host.sweep)
+        return busy_words(self.host.task)
 
     def busy(self) -> str:
         """The busy line at the top of every tab: a spinner and what goes, or nothing (and the page's style)."""
@@ -334,34 +331,35 @@ class Handlers:
         presenter = self.guard.access.open
         return [*self.guard.role_updates(presenter), *self.guard.button_updates(presenter, *self.host_state())]
 
-    def environment(self) -> tuple[str, dict]:
+    def environment(self) -> list:
         """The Environment tab: readable text and the raw dict."""
         env = self.host.environment()
-        return environment_markdown(env), env
+        return parts(Shown(text=environment_markdown(env), raw=env))
 
-    def load_runs(self) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
+    def load_runs(self) -> list:
         """The stored runs: what differs between them (when, engines, users, workload, tok/s, ratio, status),
         the details of each (id, device, model, lengths, estimate), and the compare dropdown's choices."""
         rows = list_runs(self.host.db_path)
         table = pd.DataFrame(rows)
         lead = [c for c in table.columns if c in LEAD_COLUMNS or c.endswith("tok/s") or c in ("vLLM/HF", "status")]
         details = table.reindex(columns=list(DETAIL_COLUMNS)) if rows else pd.DataFrame(columns=list(DETAIL_COLUMNS))
-        return (table[lead] if rows else pd.DataFrame(columns=list(LEAD_COLUMNS)), details,
-                gr.update(choices=[(run_label(row), row["run_id"]) for row in rows]))
+        return parts(Listed(runs=table[lead] if rows else pd.DataFrame(columns=list(LEAD_COLUMNS)), details=details,
+                            chosen=gr.update(choices=[(run_label(row), row["run_id"]) for row in rows])))
 
     def compare(self, run_ids: list[str] | None) -> tuple:
         """Figures comparing the chosen runs, the first one's latency table and its two files."""
         if not run_ids:
-            return (compare_figure([]), compare_ratio_figure([]), pd.DataFrame(columns=LATENCY_COLUMNS),
-                    None, None, None, None)
+            return parts(Compared(tok_s=compare_figure([]), ratio=compare_ratio_figure([]), args=None, report=None,
+                                  latency=pd.DataFrame(columns=LATENCY_COLUMNS), requests=None, summary=None))
         try:
             summaries = [load_summary(self.host.db_path, rid) for rid in run_ids]
         except KeyError as exc:  # a crafted or stale id: the store's words, nothing read or written
             raise gr.Error(exc.args[0]) from None
         paths = export_run(self.host.db_path, run_ids[0], tempfile.mkdtemp(prefix="kvlab-export-"))
         report = write_report(str(paths["summary"].parent), paths["summary"].parent / f"report-{run_ids[0]}.html")
-        return (compare_figure(summaries), compare_ratio_figure(summaries), latency_table(summaries[0]),
-                summaries[0].get("engine_args", {}), str(paths["requests"]), str(paths["summary"]), str(report))
+        return parts(Compared(tok_s=compare_figure(summaries), ratio=compare_ratio_figure(summaries),
+                              latency=latency_table(summaries[0]), args=summaries[0].get("engine_args", {}),
+                              requests=str(paths["requests"]), summary=str(paths["summary"]), report=str(report)))
 
 
 @dataclass
@@ -408,25 +406,37 @@ class LoadTab:
 
 
 @dataclass
+class Listed(Generic[T]):
+    """The stored runs by name (what Handlers.load_runs fills): what differs between them, the rest of each, and the
+    compare dropdown's choices."""
+
+    runs: T
+    details: T
+    chosen: T
+
+
+@dataclass
 class ResultsTab:
     """The Results tab's components."""
 
     refresh: gr.Button
-    runs: gr.Dataframe  # what differs between runs
-    details: gr.Dataframe  # the rest of each run
-    chosen: gr.Dropdown
-    compared: list  # in Handlers.compare's order
+    listed: Listed
+    compared: Compared
 
-    def listed(self) -> list:
-        """What Handlers.load_runs fills, in its order."""
-        return [self.runs, self.details, self.chosen]
+
+@dataclass
+class Shown(Generic[T]):
+    """The Environment tab's view by name: readable text and the raw dict."""
+
+    text: T
+    raw: T
 
 
 @dataclass
 class EnvironmentTab:
     """The Environment tab's components."""
 
-    shown: list  # text and raw dict, in Handlers.environment's order
+    shown: Shown
     refresh: gr.Button
 
 
@@ -583,7 +593,7 @@ def _endpoint_form() -> EndpointForm:
 def _story_outputs(host: Host) -> tuple[OverTime, PerLevel]:
     """The progress line, then the story: how much faster (ratio), the speeds it divides, and how they went over
     time (the KV figures and the latency table are filled in by _detail_outputs)."""
-    progress = gr.Markdown(progress_text(host.result), elem_id="progress")
+    progress = gr.Markdown(progress_text(host.last("run")), elem_id="progress")
     with gr.Row():
         ratio = _plot("Improvement ratio vLLM/HF", "plot-ratio", "ratio")
         bars = _plot("Output tok/s per user level", "plot-bars", "bars")
@@ -632,8 +642,9 @@ def _results_tab(host: Host, ticker: Ticker) -> ResultsTab:
         with gr.Row():
             csv_file, json_file = gr.File(label="requests.csv"), gr.File(label="summary.json")
         report = gr.DownloadButton("Download report (one HTML file, opens offline)", elem_id="download-report")
-    return ResultsTab(refresh=refresh, runs=runs_table, details=details, chosen=chosen,
-                      compared=[compare_plot, compare_ratio, compare_table, args, csv_file, json_file, report])
+    return ResultsTab(refresh=refresh, listed=Listed(runs=runs_table, details=details, chosen=chosen),
+                      compared=Compared(tok_s=compare_plot, ratio=compare_ratio, latency=compare_table, args=args,
+                                        requests=csv_file, summary=json_file, report=report))
 
 
 def _environment_tab() -> EnvironmentTab:
@@ -642,7 +653,7 @@ def _environment_tab() -> EnvironmentTab:
         text = gr.Markdown(elem_id="environment")
         raw = gr.JSON(label="raw")
         refresh = gr.Button("Refresh")
-    return EnvironmentTab(shown=[text, raw], refresh=refresh)
+    return EnvironmentTab(shown=Shown(text=text, raw=raw), refresh=refresh)
 
 
 def _wire_timer(handlers: Handlers, header: Header, load: LoadTab, results: ResultsTab, env: EnvironmentTab,
@@ -655,10 +666,10 @@ def _wire_timer(handlers: Handlers, header: Header, load: LoadTab, results: Resu
         (handlers.busy_key, handlers.busy, [header.busy]),
         (handlers.live_key, handlers.live, parts(load.live)),
         (handlers.per_level_key, handlers.per_level, parts(load.per_level)),
-        (handlers.runs_key, handlers.load_runs, results.listed()),
+        (handlers.runs_key, handlers.load_runs, parts(results.listed)),
         (handlers.finished_key, handlers.run_ended, [load.message], [load.message]),
         (handlers.finished_key, handlers.estimate, [load.estimate], form),  # what the run just taught
-        (handlers.ready_key, handlers.environment, env.shown),
+        (handlers.ready_key, handlers.environment, parts(env.shown)),
         (handlers.buttons_key, handlers.buttons, handlers.guard.buttons(), []),
     ]
     ticker.add(groups)
@@ -683,6 +694,7 @@ def _wire_actions(handlers: Handlers, load: LoadTab, results: ResultsTab, env: E
     connect = guard(handlers.connect, "Connecting an endpoint", lambda words: (words, gr.skip()))
     endpoint.connect.click(connect, endpoint.inputs(), [endpoint.answer, load.form.engines],
                            **QUIET)  # a page-only action: no API that points the host anywhere
-    results.refresh.click(handlers.load_runs, None, results.listed(), api_name="load_runs", **HIDDEN)
-    results.chosen.change(handlers.compare, [results.chosen], results.compared, api_name="compare")
-    env.refresh.click(handlers.environment, None, env.shown, api_name="environment", **HIDDEN)
+    results.refresh.click(handlers.load_runs, None, parts(results.listed), api_name="load_runs", **HIDDEN)
+    results.listed.chosen.change(handlers.compare, [results.listed.chosen], parts(results.compared),
+                                 api_name="compare")
+    env.refresh.click(handlers.environment, None, parts(env.shown), api_name="environment", **HIDDEN)

@@ -1,12 +1,13 @@
-"""The "Capacity" tab: how many users each engine serves under a latency target (lab/capacity.py), run from the page.
+"""The "Capacity" tab: how many users each engine serves under a latency target (lab/capacity/), run from the page.
 
 Pure helpers first (the progress line, a result's figure, caption and probe table), then CapacityHandlers over one
-Host, then the layout and its wiring. A search runs as the host's experiment "capacity_search"
-(lab/experiments/capacity_search.py, which calls the CLI's runner): one task at a time, Cancel keeps the probes
-finished, and it is stored with the other experiments when it ends. The tab lists every stored search, the CLI's
-too, each with its report (lab.report) to download; the Results tab lists them too, each engine's capacity and the
-ratio in a row (build_searches_list). As in lab/app/ui_why.py, the page's one gr.Timer writes a cheap
-change key and the figure, caption and table are redrawn only when it moved.
+Host, then the layout and its wiring. The form's CapacityPlan (lab.app.dashboard.form_plan: the CLI's rules, each
+refusal naming the form's field) goes to the host's one ``submit``, as ``python -m lab capacity``'s goes to the CLI's
+runner: one task at a time, Cancel keeps the probes finished, and it is stored as the CLI's are, after every probe.
+The tab lists every stored search (lab.capacity.stored: the CLI's, the page's, and those stored before as the
+experiment capacity_search), each with its report (lab.report) to download; the Results tab lists them too, each
+engine's capacity and the ratio in a row (build_searches_list). As in lab/app/ui_why.py, the page's one gr.Timer writes
+a cheap change key and the figure, caption and table are redrawn only when it moved.
 """
 
 from __future__ import annotations
@@ -18,23 +19,16 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from lab.app.dashboard import engine_choices
+from lab.app.dashboard import CapacityForm, TaskView, engine_choices, form_plan, parts
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
-from lab.capacity import (
-    DEFAULT_TIME_LIMIT_S,
-    MIN_REQUESTS,
-    PROBES_LABEL,
-    REQUESTS_PER_USER,
-    capacity_caption,
-    search_row,
-)
+from lab.app.ui_timer import Ticker, run_cancel_lines, skipped, start_task
+from lab.capacity import DEFAULT_TIME_LIMIT_S, MIN_REQUESTS, PROBES_LABEL, REQUESTS_PER_USER, search_row
+from lab.capacity.stored import stored_searches
+from lab.capacity.words import capacity_caption
 from lab.config import MAX_RATE
-from lab.experiments import parse_params
-from lab.experiments.capacity_search import NAME, live_view, stored
 from lab.load.workloads import WORKLOADS
-from lab.plots_capacity import capacity_figure, probes_table
+from lab.plots.capacity import capacity_figure, probes_table
 from lab.report import write_report
 from lab.status import RunStatus
 
@@ -49,13 +43,14 @@ INTRO = ("A throughput ratio says how much faster one engine is at a load you ch
          "the probes. The same search as `python -m lab capacity` (docs/capacity.md).")
 
 
+
 # -- pure helpers ------------------------------------------------------------------------------------
 def search_progress(result) -> str:
     """One line: the search's targets, status, message and the probes finished."""
     if result is None:
         return NO_SEARCH
-    probes = len(result.rows)
-    return (f"Capacity search **{result.params.slo}** ({result.id}): status {result.status}: {result.message}; "
+    probes = len(result.probes)
+    return (f"Capacity search **{result.plan.slo_text()}** ({result.id}): status {result.status}: {result.message}; "
             f"{probes} probe{'' if probes == 1 else 's'} finished")
 
 
@@ -67,16 +62,9 @@ def search_view(data: dict) -> tuple:
 
 
 def searches_table(db_path) -> pd.DataFrame:
-    """Every stored search (the CLI's and the page's), newest first, as the Results tab lists it
+    """Every stored search (lab.capacity.stored), newest first, as the Results tab lists it
     (lab.capacity.search_row: each engine's capacity and the ratio)."""
-    return pd.DataFrame([search_row(d) for d in stored(db_path)])
-
-
-def engines_text(chosen, loaded) -> str:
-    """The engines chosen as a comma list (ValueError naming the field and the choices where none is)."""
-    if not chosen:
-        raise ValueError(f"engines: choose at least one of {', '.join(loaded)}")
-    return ",".join(chosen)
+    return pd.DataFrame([search_row(d) for d in stored_searches(db_path)])
 
 
 def stored_label(data: dict) -> str:
@@ -94,33 +82,24 @@ class CapacityHandlers:
 
     def start(self, slo: str, engines, max_users, workload: str, output_len, requests_per_user, min_requests,
               time_limit, rate_search: bool = False, start_rate=1.0, max_rate=MAX_RATE) -> str:
-        """Start a search from the form; returns the message line (an input error names the field)."""
-        def params():
-            found = parse_params(NAME, {
-                "slo": slo or "", "engines": engines_text(engines, self.host.engine_names), "max_users": max_users,
-                "workload": workload, "output_len": None if output_len == 0 else output_len,
-                "requests_per_user": requests_per_user, "min_requests": min_requests, "time_limit": time_limit,
-                "rate_search": bool(rate_search), "start_rate": start_rate, "max_rate": max_rate})
-            unknown = [n for n in found.engine_names() if n not in self.host.engine_names]
-            if unknown:
-                raise ValueError(f"engines: {unknown[0]!r} is not loaded here; choose from "
-                                 f"{', '.join(self.host.engine_names)}")
-            return found
-
-        return start_experiment(self.host, NAME, params)
+        """Start a search from the form (CapacityForm's order); returns the message line (an input error names the
+        field)."""
+        form = CapacityForm(slo, engines, max_users, workload, output_len, requests_per_user, min_requests,
+                            time_limit, rate_search, start_rate, max_rate)
+        return start_task(self.host, lambda: form_plan(form, self.host.config, self.host.engine_names))
 
     def cancel(self) -> str:
         return self.host.cancel()
 
     def search(self):
-        """The host's experiment when it is a capacity search, else None."""
-        return current_experiment(self.host, NAME)
+        """The host's current (or last) capacity search, None before the first."""
+        return self.host.last("capacity")
 
     def result_key(self) -> tuple | None:
         result = self.search()
         if result is None:
             return None
-        return result.id, str(result.status), result.message, len(result.rows)
+        return result.id, str(result.status), result.message, len(result.probes)
 
     def ended_key(self) -> tuple:
         """Changes when a search starts and when it ends (the stored list grows then); never None, so that the
@@ -134,12 +113,13 @@ class CapacityHandlers:
         """The progress line, the figure, the computed caption and the probes."""
         result = self.search()
         if result is None:
-            return NO_SEARCH, gr.skip(), gr.skip(), gr.skip()
-        return search_progress(result), *search_view(live_view(result))
+            return parts(skipped(TaskView, progress=NO_SEARCH))
+        figure, caption, probes = search_view(result.to_dict())
+        return parts(TaskView(progress=search_progress(result), figure=figure, caption=caption, table=probes))
 
     def stored(self):
         """The stored searches (the CLI's and the page's), newest first, as the dropdown's choices."""
-        return gr.update(choices=[(stored_label(d), d["capacity_id"]) for d in stored(self.host.db_path)])
+        return gr.update(choices=[(stored_label(d), d["capacity_id"]) for d in stored_searches(self.host.db_path)])
 
     def table(self) -> pd.DataFrame:
         """The stored searches as the Results tab lists them."""
@@ -147,7 +127,7 @@ class CapacityHandlers:
 
     def show_stored(self, capacity_id: str | None) -> tuple:
         """A stored search's figure, caption and probes, and its report to download."""
-        data = next((d for d in stored(self.host.db_path) if d["capacity_id"] == capacity_id), None)
+        data = next((d for d in stored_searches(self.host.db_path) if d["capacity_id"] == capacity_id), None)
         if data is None:
             return gr.skip(), "No such stored capacity search.", gr.skip(), None
         report = Path(tempfile.mkdtemp(prefix="kvlab-capacity-")) / f"report-{capacity_id}.html"
@@ -162,10 +142,10 @@ class CapacityTab:
     run: gr.Button
     cancel: gr.Button
     message: gr.Markdown
-    result: list  # progress, figure, caption, probes: in CapacityHandlers.result_view's order
+    result: TaskView  # progress, figure, caption, probes
 
 
-def _form(host: Host) -> list:
+def _form(host: Host) -> CapacityForm:
     """The target, the engines and the search's bounds; the open-loop search folded away."""
     device = host.check.device if host.check.device in TARGETS else "cpu"
     with gr.Row():
@@ -189,7 +169,9 @@ def _form(host: Host) -> list:
                                       elem_id="capacity-rate-search")
             start_rate = gr.Number(1.0, label="First rate (start_rate)", elem_id="capacity-start-rate")
             max_rate = gr.Number(MAX_RATE, label="Highest rate (max_rate)", elem_id="capacity-max-rate")
-    return [slo, engines, most, workload, output_len, per_user, least, limit, rate_search, start_rate, max_rate]
+    return CapacityForm(slo=slo, engines=engines, max_users=most, workload=workload, output_len=output_len,
+                        requests_per_user=per_user, min_requests=least, time_limit=limit, rate_search=rate_search,
+                        start_rate=start_rate, max_rate=max_rate)
 
 
 def build_capacity_tab(host: Host, ticker: Ticker, guard: Guard) -> CapacityTab:
@@ -207,14 +189,15 @@ def build_capacity_tab(host: Host, ticker: Ticker, guard: Guard) -> CapacityTab:
                                  scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         report = gr.File(label="The stored search's report (one HTML file, opens offline)", elem_id="capacity-report")
-        tab = CapacityTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, probes])
-    guard.started(run.click(guard(handlers.start, "Starting a capacity search"), form, [message],
+        tab = CapacityTab(run=run, cancel=cancel, message=message, result=TaskView(progress=progress, figure=figure,
+                                                                              caption=caption, table=probes))
+    guard.started(run.click(guard(handlers.start, "Starting a capacity search"), parts(form), [message],
                             api_name="start_capacity", show_progress="hidden"))
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_capacity",
                  show_progress="hidden")
     refresh.click(handlers.stored, None, [chosen], api_visibility="private")
     chosen.change(handlers.show_stored, [chosen], [figure, caption, probes, report], api_visibility="private")
-    ticker.add([(handlers.result_key, handlers.result_view, tab.result),
+    ticker.add([(handlers.result_key, handlers.result_view, parts(tab.result)),
                 (handlers.ended_key, handlers.stored, [chosen])])
     return tab
 

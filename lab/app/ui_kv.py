@@ -6,7 +6,7 @@ As in lab/app/ui.py, the page's one gr.Timer (ui_timer.Ticker) writes the tab's 
 once a second and each group of components is redrawn only when its own key changed: the live block picture while an
 experiment's load run goes, and the progress line, figure and fields when the experiment's state moves. A ``table``
 result gets a step slider (and Play, a timer of the page's own that moves it) over vLLM's block table: each step
-redraws the figure and its one sentence for that page alone. Every figure comes from lab.plots_kv, the functions
+redraws the figure and its one sentence for that page alone. Every figure comes from lab.plots.kv, the functions
 the notebooks use.
 """
 
@@ -15,17 +15,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import Generic
 
 import gradio as gr
 
+from lab.app.dashboard import T, TaskView, parts
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, run_cancel_lines, start_experiment
+from lab.app.ui_timer import Ticker, run_cancel_lines, skipped, start_task
 from lab.estimate import experiment_line
-from lab.experiments import EXPERIMENTS, OWN_TAB, module, parse_pairs, parse_params, stored_fields
+from lab.experiments import EXPERIMENTS, OWN_TAB, ExperimentPlan, module, parse_pairs, parse_params, stored_fields
+from lab.experiments.answers import experiment_answer
 from lab.experiments.table import default_step
-from lab.plots_kv import block_table_view, experiment_figure, live_blocks_figure
-from lab.sentences import experiment_answer
+from lab.plots.kv import block_table_view, experiment_figure, live_blocks_figure
 from lab.status import RunStatus
 
 DEFAULT_EXPERIMENT = "blocks"
@@ -71,7 +73,7 @@ def shown_fields(result) -> dict:
 
 
 def answer_text(result) -> str:
-    """What the lab reads from the result: lab.sentences' lines for its experiment, from its fields as
+    """What the lab reads from the result: lab.experiments.answers' lines for its experiment, from its fields as
     experiment.json holds them (the report's words); empty where it has none yet."""
     data = shown_fields(result)
     lines = experiment_answer(result.experiment, stored_fields(data), data.get("params") or {})
@@ -88,7 +90,7 @@ class KvHandlers:
     # actions
     def start(self, name: str, text: str) -> str:
         """Start the chosen experiment with the typed parameters; returns the message line."""
-        return start_experiment(self.host, name, lambda: parse_params(name, parse_pairs(text or "")))
+        return start_task(self.host, lambda: ExperimentPlan(name, parse_params(name, parse_pairs(text or ""))))
 
     def estimate(self, name: str, text: str) -> str:
         """How long the experiment would take here (lab.estimate: the stored ones of these parameters)."""
@@ -101,7 +103,7 @@ class KvHandlers:
     # change keys: cheap, read every tick
     def live_key(self) -> tuple | None:
         """Changes with every update while an experiment's load run goes; once more when it ends."""
-        result = self.host.experiment
+        result = self.host.last("experiment")
         if result is None:
             return None
         if result.status == RunStatus.RUNNING and result.run is not None:
@@ -110,7 +112,7 @@ class KvHandlers:
 
     def result_key(self) -> tuple | None:
         """Changes when the experiment's status, message, fields or series change."""
-        result = self.host.experiment
+        result = self.host.last("experiment")
         if result is None:
             return None
         return (result.id, str(result.status), result.message, len(result.fields),
@@ -119,43 +121,45 @@ class KvHandlers:
     # redraws
     def live_blocks(self):
         """vLLM's KV blocks per request (or HF's slab while HF runs), drawn now."""
-        return live_blocks_figure(self.host.experiment)
+        return live_blocks_figure(self.host.last("experiment"))
 
     def result_view(self) -> tuple:
         """The progress line, the experiment's figure, what the lab reads from it and its fields."""
-        result = self.host.experiment
+        result = self.host.last("experiment")
         if result is None:
-            return NO_EXPERIMENT, gr.skip(), gr.skip(), gr.skip()
-        return experiment_progress(result), experiment_figure(result), answer_text(result), shown_fields(result)
+            return parts(skipped(TaskView, progress=NO_EXPERIMENT))
+        return parts(TaskView(progress=experiment_progress(result), figure=experiment_figure(result),
+                              caption=answer_text(result), table=shown_fields(result)))
 
     # the block table of a table result, step by step
     def _table_steps(self) -> list:
         """The engine steps of the host's table result (none for another experiment, or before its engine ran)."""
-        result = self.host.experiment
+        result = self.host.last("experiment")
         return result.series.get("steps", []) if result is not None and result.experiment == "table" else []
 
     def table_key(self) -> tuple | None:
         """Changes when a table result comes, or its steps do."""
         steps = self._table_steps()
-        return (self.host.experiment.id, len(steps)) if steps else None
+        return (self.host.last("experiment").id, len(steps)) if steps else None
 
-    def table_controls(self) -> tuple:
+    def table_controls(self) -> list:
         """The step slider (at the step where most requests held one block at once), Play, the sentence and the
         figure of that step; the slider and Play hidden where there is no block table to step through."""
         steps = self._table_steps()
         if not steps:
-            return gr.update(visible=False), gr.update(visible=False), "", gr.skip()
+            return parts(skipped(BlockTable, step=gr.update(visible=False), play=gr.update(visible=False),
+                                 sentence=""))
         step = default_step(steps)
-        figure, said = block_table_view(self.host.experiment, step)
+        figure, said = block_table_view(self.host.last("experiment"), step)
         slider = gr.update(minimum=0, maximum=len(steps) - 1, value=step, visible=True)
-        return slider, gr.update(visible=True), said, figure
+        return parts(BlockTable(step=slider, play=gr.update(visible=True), sentence=said, figure=figure))
 
     def table_at(self, step: float) -> tuple:
         """The sentence and the figure of the block table after ``step`` (the slider's value)."""
         steps = self._table_steps()
         if not steps:
             return gr.skip(), gr.skip()
-        figure, said = block_table_view(self.host.experiment, min(int(step), len(steps) - 1))
+        figure, said = block_table_view(self.host.last("experiment"), min(int(step), len(steps) - 1))
         return said, figure
 
     def play(self, playing: bool, step: float) -> tuple:
@@ -179,6 +183,16 @@ class KvHandlers:
 
 # -- layout and wiring -------------------------------------------------------------------------------
 @dataclass
+class BlockTable(Generic[T]):
+    """A table result's controls by name: the step slider, Play, the step's sentence and its figure."""
+
+    step: T
+    play: T
+    sentence: T
+    figure: T
+
+
+@dataclass
 class KvTab:
     """The KV cache tab's components."""
 
@@ -189,8 +203,8 @@ class KvTab:
     cancel: gr.Button
     message: gr.Markdown
     live: gr.Plot
-    result: list  # progress line, figure, answer, fields: in KvHandlers.result_view's order
-    table: list  # step slider, Play, sentence, figure: in KvHandlers.table_controls' order
+    result: TaskView  # progress line, figure, answer, fields
+    table: BlockTable
     playing: gr.State
     player: gr.Timer
     estimate: gr.Markdown | None = None  # how long Run would take here (lab.estimate)
@@ -238,7 +252,8 @@ def _layout(guard: Guard, handlers: KvHandlers) -> KvTab:
     answer = gr.Markdown(elem_id="kv-answer")
     fields = gr.JSON(label="Measured (experiment.json without its series)", elem_id="kv-fields", max_height=450)
     return KvTab(experiment=experiment, params=params, hint=hint, run=run, cancel=cancel, message=message,
-                 live=live, result=[progress, figure, answer, fields], table=[step, play, sentence, figure],
+                 live=live, result=TaskView(progress=progress, figure=figure, caption=answer, table=fields),
+                 table=BlockTable(step=step, play=play, sentence=sentence, figure=figure),
                  playing=gr.State(False), player=gr.Timer(PLAY_S, active=False), estimate=estimate)
 
 
@@ -254,15 +269,15 @@ def _wire(handlers: KvHandlers, tab: KvTab, ticker: Ticker, guard: Guard) -> Non
         show_progress="hidden")
     _wire_table(handlers, tab)
     groups = [(handlers.live_key, handlers.live_blocks, [tab.live]),
-              (handlers.result_key, handlers.result_view, tab.result),
-              (handlers.table_key, handlers.table_controls, tab.table)]
+              (handlers.result_key, handlers.result_view, parts(tab.result)),
+              (handlers.table_key, handlers.table_controls, parts(tab.table))]
     ticker.add(groups)
 
 
 def _wire_table(handlers: KvHandlers, tab: KvTab) -> None:
     """The step slider redraws the sentence and figure of its step (whoever moved it: a hand, Play or a new
     result); Play starts and pauses the page's own timer, which moves the slider."""
-    step, play, sentence, figure = tab.table
+    step, play, sentence, figure = parts(tab.table)
     quiet = {"api_visibility": "private", "show_progress": "hidden"}
     step.change(handlers.table_at, [step], [sentence, figure], **quiet)
     play.click(handlers.play, [tab.playing, step], [tab.playing, tab.player, play, step], **quiet)

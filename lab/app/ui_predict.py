@@ -11,14 +11,16 @@ tabs, the page's one gr.Timer writes a cheap key and the redraw, shared by every
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic
 
 import gradio as gr
 
 from lab.app.access import COMMAND
+from lab.app.dashboard import T, parts
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
 from lab.app.ui_timer import Ticker
-from lab.plots_predict import room_figure
+from lab.plots.predict import room_figure
 from lab.predictions import HIGHEST, LOWEST, QUESTIONS, RATIO, STEP, room_sentence, round_words
 
 INTRO = ("**Predict, then measure.** Before a run, say what you expect; once it has ended, see the room's answers "
@@ -59,21 +61,36 @@ class PredictHandlers:
 
     def view(self) -> tuple:
         """The round's line, the answer boxes (while it asks), and, once its task has ended, the figure and the
-        sentence (in PredictTab.shown's order)."""
+        sentence."""
         view = self.host.predictions()
         asking = view is not None and view["open"] and view["task_id"] is None
         ratio, step = asking and view["kind"] == RATIO, asking and view["kind"] == STEP
         ended = view is not None and view["ended"]
-        return (round_words(view), gr.update(visible=ratio),
-                gr.update(visible=step, choices=list(view["choices"]) if step else []), gr.update(visible=asking),
-                gr.update(visible=ended), room_figure(view) if ended else gr.skip(), room_sentence(view))
+        return parts(RoomView(status=round_words(view), ratio=gr.update(visible=ratio),
+                              step=gr.update(visible=step, choices=list(view["choices"]) if step else []),
+                              send=gr.update(visible=asking), room=gr.update(visible=ended),
+                              figure=room_figure(view) if ended else gr.skip(), sentence=room_sentence(view)))
+
+
+@dataclass
+class RoomView(Generic[T]):
+    """The Predict tab's round by name: its line, the two answer boxes and Send (while it asks), the room's group,
+    figure and sentence (once its task has ended)."""
+
+    status: T
+    ratio: T
+    step: T
+    send: T
+    room: T
+    figure: T
+    sentence: T
 
 
 @dataclass
 class PredictTab:
     """The Predict tab's components."""
 
-    shown: list  # what PredictHandlers.view draws, in its order
+    shown: RoomView  # what PredictHandlers.view draws
     message: gr.Markdown  # this page's answer, or why it was not taken
     presenter: gr.Markdown  # the presenter's open / close line
 
@@ -105,11 +122,12 @@ def build_predict_tab(host: Host, ticker: Ticker, guard: Guard) -> PredictTab:
             presenter = gr.Markdown(elem_id="predict-presenter-message")
     guard.gate(COMMAND, opened, closed)  # an attendee's page shows them disabled, the reason in the line under them
     guard.watch(presenter, "Open and Close predictions", own=True)
-    tab = PredictTab(shown=[status, ratio, step, send, room, figure, sentence], message=message, presenter=presenter)
+    shown = RoomView(status=status, ratio=ratio, step=step, send=send, room=room, figure=figure, sentence=sentence)
+    tab = PredictTab(shown=shown, message=message, presenter=presenter)
     send.click(handlers.predict, [ratio, step], [message], api_name="predict", **QUIET)
     opened.click(guard(handlers.open, "Opening predictions"), [kind], [presenter], api_name="open_predictions",
                  **QUIET)
     closed.click(guard(handlers.close, "Closing predictions"), None, [presenter], api_name="close_predictions",
                  **QUIET)
-    ticker.add([(handlers.key, handlers.view, tab.shown)])
+    ticker.add([(handlers.key, handlers.view, parts(tab.shown))])
     return tab

@@ -3,7 +3,7 @@
 SweepHandlers are small named handlers over one Host; the layout and wiring follow. As in lab/app/ui.py,
 the page's one gr.Timer (ui_timer.Ticker) writes the tab's cheap change keys into gr.State once a second: the
 progress line (with the load run of the value being measured) redraws on every change, the figure and the
-points table when a value finishes, and the stored sweeps when one ends. The figure is lab.plots_sweep's, the
+points table when a value finishes, and the stored sweeps when one ends. The figure is lab.plots.sweep's, the
 notebooks' too.
 """
 
@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from typing import Generic
 
 import gradio as gr
 import pandas as pd
 
 from lab.app.access import CANCEL, START
-from lab.app.dashboard import progress_text
+from lab.app.dashboard import T, parts, progress_text
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker
+from lab.app.ui_timer import Ticker, skipped, start_task
 from lab.estimate import sweep_line
 from lab.load.workloads import WORKLOADS
-from lab.plots_sweep import sweep_figure
+from lab.plots.sweep import sweep_figure
 from lab.report import write_report
-from lab.sentences import sweep_answer
 from lab.status import RunStatus
 from lab.store import list_sweeps, load_sweep
 from lab.sweeps import KNOBS, default_values, sweep_plan, sweep_progress, write_sweep
+from lab.sweeps.words import sweep_answer
 
 DEFAULT_KNOB = "max_num_seqs"
 INTRO = ("Each value restarts only the engine the knob belongs to (the other stays loaded), then runs the same "
@@ -43,13 +44,9 @@ class SweepHandlers:
 
     # actions
     def start(self, knob, values, users, workload, requests_per_user, output_len) -> str:
-        """Start a sweep from the form; returns the message line."""
-        try:
-            started, message = self.host.submit_sweep(
-                sweep_plan(knob, values or "", users or "", workload, requests_per_user, output_len))
-        except ValueError as exc:
-            return f"**Input error:** {exc}"
-        return message if started else f"**Not started:** {message}"
+        """Start a sweep from the form (SweepForm's order); returns the message line."""
+        return start_task(self.host, lambda: sweep_plan(knob, values or "", users or "", workload, requests_per_user,
+                                                        output_len))
 
     def estimate(self, knob, values, users, workload, requests_per_user, output_len) -> str:
         """How long the sweep would take here (lab.estimate); '' while the form has an input error."""
@@ -70,12 +67,12 @@ class SweepHandlers:
 
     def points_key(self) -> tuple | None:
         """Changes when a value finishes and when the sweep ends."""
-        sweep = self.host.sweep
+        sweep = self.host.last("sweep")
         return None if sweep is None else (sweep.id, len(sweep.points), str(sweep.status))
 
     def ended_key(self) -> tuple | None:
         """Changes when the last sweep has ended and its task (the restore and the last save) is done."""
-        sweep = self.host.sweep
+        sweep = self.host.last("sweep")
         if sweep is None or sweep.status == RunStatus.RUNNING:
             return None
         return sweep.id, self.host.running()
@@ -83,7 +80,7 @@ class SweepHandlers:
     # redraws
     def progress(self) -> str:
         """The sweep's line, and under it the current value's load run."""
-        sweep = self.host.sweep
+        sweep = self.host.last("sweep")
         line = sweep_progress(sweep)
         if sweep is not None and sweep.status == RunStatus.RUNNING and sweep.run is not None:
             line += "  \n" + progress_text(sweep.run)
@@ -91,13 +88,12 @@ class SweepHandlers:
 
     def points(self) -> tuple:
         """The figure, what the points show (computed from them), and one row per finished value."""
-        sweep = self.host.sweep
+        sweep = self.host.last("sweep")
         if sweep is None:
-            return gr.skip(), gr.skip(), gr.skip()
-        data = sweep.to_dict()
-        return sweep_figure(data), answer_text(data), pd.DataFrame(sweep.points).round(3)
+            return parts(skipped(Points))
+        return parts(points_view(sweep.to_dict()))
 
-    def stored(self) -> tuple:
+    def stored(self) -> list:
         """Stored sweeps, newest first (id, start, knob, status, values, how many finished), and the choices
         of the dropdown that shows one."""
         sweeps = list_sweeps(self.host.db_path)
@@ -106,21 +102,66 @@ class SweepHandlers:
                  "device": s.get("device", {}).get("name", ""), "model": s["model"]} for s in sweeps]
         choices = [(f"{r['started']} · {r['knob']} {r['values']} · {r['status']} ({r['sweep_id']})", r["sweep_id"])
                    for r in rows]
-        return pd.DataFrame(rows), gr.update(choices=choices)
+        return parts(Stored(table=pd.DataFrame(rows), chosen=gr.update(choices=choices)))
 
     def show(self, sweep_id: str | None) -> tuple:
         """A stored sweep's figure, its points, and its sweep.json, sweep.csv and report to download."""
         if not sweep_id:
-            return gr.skip(), gr.skip(), gr.skip(), None, None, None
+            return parts(skipped(Points)) + parts(Files(json=None, csv=None, report=None))
         sweep = load_sweep(self.host.db_path, sweep_id)
         paths = write_sweep(sweep, tempfile.mkdtemp(prefix="kvlab-sweep-"))
         report = write_report(str(paths["json"].parent), paths["json"].parent / f"report-{sweep_id}.html")
-        return (sweep_figure(sweep), answer_text(sweep), pd.DataFrame(sweep["points"]).round(3), str(paths["json"]),
-                str(paths["csv"]), str(report))
+        return parts(points_view(sweep)) + parts(Files(json=str(paths["json"]), csv=str(paths["csv"]),
+                                                       report=str(report)))
+
+
+@dataclass
+class Points(Generic[T]):
+    """A sweep's points by name: their figure, what the lab reads from them, one row per finished value."""
+
+    figure: T
+    caption: T
+    table: T
+
+
+@dataclass
+class SweepForm(Generic[T]):
+    """The Sweeps form by field name (the declared order is SweepHandlers.start's, and the start_sweep API's)."""
+
+    knob: T
+    values: T
+    users: T
+    workload: T
+    requests_per_user: T
+    output_len: T
+
+
+@dataclass
+class Stored(Generic[T]):
+    """The stored sweeps by name: their table and the choices of the dropdown that shows one."""
+
+    table: T
+    chosen: T
+
+
+@dataclass
+class Files(Generic[T]):
+    """A stored sweep's files by name: sweep.json, sweep.csv and its report."""
+
+    json: T
+    csv: T
+    report: T
+
+
+def points_view(sweep: dict) -> Points:
+    """A sweep's (live, or stored: sweep.json's dict) figure, computed answer and table."""
+    return Points(figure=sweep_figure(sweep), caption=answer_text(sweep),
+                  table=pd.DataFrame(sweep["points"]).round(3))
 
 
 def answer_text(sweep: dict) -> str:
-    """What the lab says about the sweep's points (lab.sentences.sweep_answer), as a list; empty while it has none."""
+    """What the lab says about the sweep's points (lab.sweeps.words.sweep_answer), as a list; empty while it has
+    none."""
     return "\n".join(f"- {line}" for line in sweep_answer(sweep))
 
 
@@ -128,17 +169,14 @@ def answer_text(sweep: dict) -> str:
 class SweepTab:
     """The Sweeps tab's components."""
 
-    knob: gr.Dropdown
-    values: gr.Textbox
-    form: list  # in SweepHandlers.start's order
+    form: SweepForm
     run: gr.Button
     cancel: gr.Button
     message: gr.Markdown
     progress: gr.Markdown
-    points: list  # figure, answer and table, in SweepHandlers.points's order
-    stored: list  # table and the dropdown's choices, in SweepHandlers.stored's order
-    chosen: gr.Dropdown
-    files: list  # sweep.json, sweep.csv and the report of the chosen one
+    points: Points
+    stored: Stored
+    files: Files  # of the chosen one
     estimate: gr.Markdown | None = None  # how long Run sweep would take here (lab.estimate)
 
 
@@ -171,8 +209,9 @@ def _layout(handlers: SweepHandlers, guard: Guard) -> SweepTab:
     guard.gate(START, run)
     guard.gate(CANCEL, cancel)
     guard.note("Run sweep and Cancel", "sweep-watch")
-    form = [knob, values, users, workload, requests, output_len]
-    estimate = gr.Markdown(lambda: handlers.estimate(*(box.value for box in form)), elem_id="sweep-estimate")
+    form = SweepForm(knob=knob, values=values, users=users, workload=workload, requests_per_user=requests,
+                     output_len=output_len)
+    estimate = gr.Markdown(lambda: handlers.estimate(*(box.value for box in parts(form))), elem_id="sweep-estimate")
     message = gr.Markdown(elem_id="sweep-message")
     progress = gr.Markdown(sweep_progress(None), elem_id="sweep-progress")
     figure = gr.Plot(sweep_figure({}), label="Measured against the knob", elem_id="sweep-figure")
@@ -183,26 +222,28 @@ def _layout(handlers: SweepHandlers, guard: Guard) -> SweepTab:
     chosen = gr.Dropdown([], label="Show a stored sweep (its figure and points above, its files here)",
                          elem_id="sweep-chosen")
     with gr.Row():
-        files = [gr.File(label="sweep.json"), gr.File(label="sweep.csv"),
-                 gr.File(label="report (one HTML file, opens offline)", elem_id="sweep-report")]
-    return SweepTab(knob=knob, values=values, form=form, estimate=estimate, run=run,
-                    cancel=cancel, message=message, progress=progress, points=[figure, answer, table],
-                    stored=[stored, chosen], chosen=chosen, files=files)
+        files = Files(json=gr.File(label="sweep.json"), csv=gr.File(label="sweep.csv"),
+                      report=gr.File(label="report (one HTML file, opens offline)", elem_id="sweep-report"))
+    return SweepTab(form=form, estimate=estimate, run=run, cancel=cancel, message=message, progress=progress,
+                    points=Points(figure=figure, caption=answer, table=table),
+                    stored=Stored(table=stored, chosen=chosen), files=files)
 
 
 def _wire(handlers: SweepHandlers, tab: SweepTab, ticker: Ticker, guard: Guard) -> None:
     """Buttons and the knob; then a timer whose keys gate the progress line, the points and the stored list."""
-    tab.knob.change(handlers.values_for, [tab.knob], [tab.values], api_visibility="private", show_progress="hidden")
-    for box in tab.form:  # the knob's change sets its values, whose change redraws the estimate
-        box.change(handlers.estimate, tab.form, [tab.estimate], queue=False, api_visibility="private",
+    form = parts(tab.form)
+    tab.form.knob.change(handlers.values_for, [tab.form.knob], [tab.form.values], api_visibility="private",
+                         show_progress="hidden")
+    for box in form:  # the knob's change sets its values, whose change redraws the estimate
+        box.change(handlers.estimate, form, [tab.estimate], queue=False, api_visibility="private",
                    show_progress="hidden")
-    guard.started(tab.run.click(guard(handlers.start, "Starting a sweep"), tab.form, [tab.message],
+    guard.started(tab.run.click(guard(handlers.start, "Starting a sweep"), form, [tab.message],
                                 api_name="start_sweep", show_progress="hidden"))
     tab.cancel.click(guard(handlers.host.cancel, "Cancelling"), None, [tab.message], api_name="cancel_sweep",
                      show_progress="hidden")
-    tab.chosen.change(handlers.show, [tab.chosen], tab.points + tab.files, api_visibility="private",
-                      show_progress="hidden")
+    tab.stored.chosen.change(handlers.show, [tab.stored.chosen], parts(tab.points) + parts(tab.files),
+                             api_visibility="private", show_progress="hidden")
     groups = [(handlers.progress_key, handlers.progress, [tab.progress]),
-              (handlers.points_key, handlers.points, tab.points),
-              (handlers.ended_key, handlers.stored, tab.stored)]
+              (handlers.points_key, handlers.points, parts(tab.points)),
+              (handlers.ended_key, handlers.stored, parts(tab.stored))]
     ticker.add(groups)

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import gradio as gr
@@ -165,19 +166,26 @@ def handed_out(outputs):
     return dict(outputs) if isinstance(outputs, dict) else outputs
 
 
-def start_experiment(host, name: str, params_of) -> str:
-    """Submit experiment ``name`` with the Params ``params_of()`` builds (it raises ValueError on bad input); the
-    tab's message line, in the same words on every tab: the input error, the refusal, or the start."""
+def start_task(host, make_plan: Callable) -> str:
+    """Submit the request ``make_plan()`` builds (a plan of any task kind; it, or the host's check, raises ValueError
+    on bad input); the tab's message line, in the same words on every tab: the input error, the refusal, or the
+    start."""
     try:
-        started, message = host.submit_experiment(name, params_of())
+        started, message = host.submit(make_plan())
     except ValueError as exc:
         return f"**Input error:** {exc}"
     return message if started else f"**Not started:** {message}"
 
 
+def skipped(named: type, **given) -> object:
+    """A named group (a dataclass of a tab's parts) with ``given`` members and the rest left as they are
+    (gr.skip())."""
+    return named(**{f.name: given.get(f.name, gr.skip()) for f in fields(named)})
+
+
 def current_experiment(host, name: str):
     """The host's experiment when it is a ``name`` one, else None (what a tab of that experiment draws)."""
-    result = host.experiment
+    result = host.last("experiment")
     return result if result is not None and result.experiment == name else None
 
 

@@ -1,6 +1,6 @@
 """The "Why" tab: the HF-to-vLLM ratio taken apart (the why ladder, lab.experiments.why), run from the page.
 
-Pure helpers first (the progress line; the factors table is lab.plots_why's), then WhyHandlers over one Host, then
+Pure helpers first (the progress line; the factors table is lab.plots.why's), then WhyHandlers over one Host, then
 the layout and its wiring. A ladder runs as the host's experiment ("why"): one task at a time, cancel keeps the
 turns measured, and it is stored with the other experiments; the tab lists the stored ladders, each with its report
 (lab.report) to download. As in lab/app/ui_kv.py, the page's one gr.Timer writes a cheap change key and the figure,
@@ -13,18 +13,20 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic
 
 import gradio as gr
 
+from lab.app.dashboard import T, TaskView, parts
 from lab.app.seam import Host
 from lab.app.ui_access import Guard
-from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, start_experiment
+from lab.app.ui_timer import Ticker, current_experiment, run_cancel_lines, skipped, start_task
 from lab.config import whole
 from lab.estimate import experiment_line
-from lab.experiments import parse_params
+from lab.experiments import ExperimentPlan, parse_params
+from lab.experiments.ladder import RUNGS
 from lab.experiments.why import LEVELS, PRESET_WORDS, PRESETS
-from lab.ladder import RUNGS
-from lab.plots_why import factors_table, fields_figure, ladder_figure
+from lab.plots.why import factors_table, fields_figure, ladder_figure
 from lab.report import write_report
 from lab.status import RunStatus
 from lab.store import list_experiments
@@ -67,7 +69,7 @@ class WhyHandlers:
 
     def start(self, preset: str, repeats, rungs: str, users: str = "") -> str:
         """Start a ladder; returns the message line."""
-        return start_experiment(self.host, "why", lambda: self.params(preset, repeats, rungs, users))
+        return start_task(self.host, lambda: ExperimentPlan("why", self.params(preset, repeats, rungs, users)))
 
     def params(self, preset: str, repeats, rungs: str, users: str = ""):
         """The ladder's Params from the form (ValueError naming a bad value)."""
@@ -101,12 +103,13 @@ class WhyHandlers:
         newest stored one."""
         result = self.ladder()
         if result is not None:
-            return (ladder_progress(result), ladder_figure(result), result.fields.get("caption", ""),
-                    factors_table(result.fields))
+            return parts(TaskView(progress=ladder_progress(result), figure=ladder_figure(result),
+                                  caption=result.fields.get("caption", ""), table=factors_table(result.fields)))
         found = list_experiments(self.host.db_path, "why")
         if not found:
-            return NO_LADDER, gr.skip(), gr.skip(), gr.skip()
-        return stored_progress(found[0]), fields_figure(found[0]), found[0].get("caption", ""), factors_table(found[0])
+            return parts(skipped(TaskView, progress=NO_LADDER))
+        return parts(TaskView(progress=stored_progress(found[0]), figure=fields_figure(found[0]),
+                              caption=found[0].get("caption", ""), table=factors_table(found[0])))
 
     def stored(self):
         """The stored ladders, newest first, as the dropdown's choices."""
@@ -127,13 +130,23 @@ class WhyHandlers:
 
 # -- layout and wiring -------------------------------------------------------------------------------
 @dataclass
+class LadderForm(Generic[T]):
+    """The Why form by field name (the declared order is WhyHandlers.start's, and the start_ladder API's)."""
+
+    preset: T
+    repeats: T
+    rungs: T
+    users: T
+
+
+@dataclass
 class WhyTab:
     """The Why tab's components."""
 
     run: gr.Button
     cancel: gr.Button
     message: gr.Markdown
-    result: list  # progress, figure, caption, factors: in WhyHandlers.result_view's order
+    result: TaskView  # progress, figure, caption, factors
 
 
 def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
@@ -153,7 +166,7 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
             users = gr.Textbox(LEVELS.get(host.check.device, LEVELS["cpu"]), elem_id="why-users", scale=1,
                                label="Users (the whole ladder at each level; empty: the preset's own)")
         run, cancel, message, progress = run_cancel_lines("why", NO_LADDER, guard)
-        form = [preset, repeats, rungs, users]
+        form = parts(LadderForm(preset=preset, repeats=repeats, rungs=rungs, users=users))
         estimate = gr.Markdown(lambda: handlers.estimate(*(box.value for box in form)), elem_id="why-estimate")
         figure = gr.Plot(label="Output tok/s per rung (measured)", elem_id="why-figure")
         caption = gr.Markdown(elem_id="why-caption")
@@ -162,8 +175,9 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
             stored = gr.Dropdown([], label="Stored ladders", elem_id="why-stored", scale=3)
             refresh = gr.Button("Refresh", size="sm", scale=1)
         report = gr.File(label="The stored ladder's report (one HTML file, opens offline)", elem_id="why-report")
-        tab = WhyTab(run=run, cancel=cancel, message=message, result=[progress, figure, caption, factors])
-    guard.started(run.click(guard(handlers.start, "Starting a ladder"), [preset, repeats, rungs, users], [message],
+        tab = WhyTab(run=run, cancel=cancel, message=message, result=TaskView(progress=progress, figure=figure,
+                                                                         caption=caption, table=factors))
+    guard.started(run.click(guard(handlers.start, "Starting a ladder"), form, [message],
                             api_name="start_ladder", show_progress="hidden"))
     cancel.click(guard(handlers.cancel, "Cancelling"), None, [message], api_name="cancel_ladder",
                  show_progress="hidden")
@@ -172,6 +186,6 @@ def build_why_tab(host: Host, ticker: Ticker, guard: Guard) -> WhyTab:
         box.change(handlers.estimate, form, [estimate], queue=False, api_visibility="private", show_progress="hidden")
     stored.change(handlers.show_stored, [stored], [figure, caption, factors, report], api_visibility="private",
                   show_progress="hidden")
-    ticker.add([(handlers.result_key, handlers.result_view, tab.result),
+    ticker.add([(handlers.result_key, handlers.result_view, parts(tab.result)),
                 (handlers.ended_key, handlers.stored, [stored])])
     return tab

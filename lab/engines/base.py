@@ -185,6 +185,7 @@ class Engine(Protocol):
     """The async protocol between the load driver and an engine."""
 
     name: str
+    info: EngineInfo | None  # what start() returned (None before it): a ladder reads a rung's args here
 
     async def start(self) -> EngineInfo:
         """Load the model and get ready; returns what was loaded."""
@@ -215,6 +216,25 @@ class Engine(Protocol):
 
     def decode(self, token_ids: list[int]) -> str:
         """Turn output token ids into text."""
+
+
+class LocalEngine:
+    """What every adapter that loads the model itself shares: its settings, its samples and the length check."""
+
+    def __init__(self, config, model_path: str):
+        self.config = config
+        self.model_path = model_path
+        self._samples = SampleBuffer()
+        self.info: EngineInfo | None = None
+
+    def check(self, request: GenRequest) -> str | None:
+        return check_fits(request, self.config.max_model_len)
+
+    def admit(self, request: GenRequest) -> None:
+        """Raise RequestRejected, with the reason, for a request this engine cannot run."""
+        problem = self.check(request)
+        if problem:
+            raise RequestRejected(problem)
 
 
 def check_fits(request: GenRequest, max_model_len: int) -> str | None:

@@ -26,10 +26,12 @@ class FakeEngine:
         self._samples: list[EngineSample] = []
         self.started = self.stopped = False
         self.failure: str | None = None  # set by a test: the engine "dies" with this reason
+        self.info: EngineInfo | None = None
 
     async def start(self) -> EngineInfo:
         self.started = True
-        return EngineInfo(name=self.name, args={"token_delay_s": self.token_delay_s})
+        self.info = EngineInfo(name=self.name, args={"token_delay_s": self.token_delay_s})
+        return self.info
 
     def check(self, request: GenRequest) -> str | None:
         return check_fits(request, self.max_model_len)

@@ -25,12 +25,11 @@ from lab.engines.base import (
     EngineInfo,
     EngineSample,
     GenRequest,
+    LocalEngine,
     RequestCancelled,
     RequestRejected,
-    SampleBuffer,
     StepClock,
     TokenChunk,
-    check_fits,
     kv_bytes_per_token,
 )
 
@@ -106,23 +105,20 @@ def load_model(config: EngineConfig, model_path: str) -> LoadedModel:
     return LoadedModel(torch, tokenizer, model, device, threads, attention)
 
 
-class HFEngine:
+class HFEngine(LocalEngine):
     """Static-batch transformers generate() behind the async Engine protocol."""
 
     name = "hf"
 
     def __init__(self, config: EngineConfig, model_path: str):
-        self.config = config
-        self.model_path = model_path
+        super().__init__(config, model_path)
         self._pending: queue.Queue = queue.Queue()
-        self._samples = SampleBuffer()
         self._clock = StepClock()  # a step: one generate() iteration, from the batch's start or the last one
         self._abort_epoch = 0  # abort_all() bumps it: batches started before then stop
         self._thread: threading.Thread | None = None
         self._fault: str | None = None  # the last batch's failure since reset, in words
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cache = None  # hf_compile's static KV cache, made at the first batch
-        self.info: EngineInfo | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self) -> EngineInfo:
@@ -193,14 +189,9 @@ class HFEngine:
                 self._push(slot, RequestCancelled("cancelled before it ran"))
 
     # -- requests -----------------------------------------------------------------------------
-    def check(self, request: GenRequest) -> str | None:
-        return check_fits(request, self.config.max_model_len)
-
     async def stream(self, request: GenRequest):
         """Queue the request for the next static batch and yield its tokens as they are made."""
-        problem = self.check(request)
-        if problem:
-            raise RequestRejected(problem)
+        self.admit(request)
         slot = _Slot(request=request, out=asyncio.Queue())
         self._pending.put(slot)
         while True:

@@ -17,22 +17,23 @@ import logging
 import time
 
 from lab.config import EngineConfig
+from lab.engines import registry
 from lab.engines.base import (
     EngineInfo,
     EngineSample,
     GenRequest,
+    LocalEngine,
     RequestRejected,
-    SampleBuffer,
     TokenChunk,
-    check_fits,
     kv_bytes_per_token,
 )
-from lab.engines.vllm import kv_budget_bytes
+from lab.memory import kv_budget_bytes
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 256  # tokens per KV block: transformers' default page size
-BATCH_TOKENS = 4096  # tokens one step may hold (a prefill chunk plus decodes); left unset, transformers sizes it
-# from free memory (46,542 on an H100), and its SDPA path keeps a mask of that x (cache + that) tokens: 36 GiB
+BATCH_TOKENS = registry.ENGINES["hf-cb"].step_tokens  # tokens one step may hold (a prefill chunk plus decodes); left
+# unset, transformers sizes it from free memory (46,542 on an H100), and its SDPA path keeps a mask of that x (cache +
+# that) tokens: 36 GiB. Its registry entry holds the number: the memory plan sizes that mask from it
 SAMPLE_EVERY_S = 0.05  # the manager has no per-step hook the lab can use: its counts are read 20 times a second
 WARM_UP_GRAPHS = True  # on CUDA, capture its CUDA graphs before the first level (bench.hf_cb_settings turns it off)
 
@@ -53,20 +54,17 @@ def pool_blocks(config: EngineConfig, per_token: int) -> int | None:
     return None if budget is None else max(1, budget // (page_size(config) * per_token))
 
 
-class HFCBEngine:
+class HFCBEngine(LocalEngine):
     """transformers' ContinuousBatchingManager: paged KV, requests admitted at every step."""
 
     name = "hf-cb"
 
     def __init__(self, config: EngineConfig, model_path: str):
-        self.config = config
-        self.model_path = model_path
+        super().__init__(config, model_path)
         self._manager = None
-        self._samples = SampleBuffer()
         self._ids = itertools.count()
         self._in_flight: set[str] = set()
         self._sampler: asyncio.Task | None = None
-        self.info: EngineInfo | None = None
 
     async def start(self) -> EngineInfo:
         self.info = await asyncio.to_thread(self._load)
@@ -145,14 +143,9 @@ class HFCBEngine:
     def _fatal(self) -> BaseException | None:
         return getattr(getattr(self._manager, "background_thread_status", None), "fatal_error", None)
 
-    def check(self, request: GenRequest) -> str | None:
-        return check_fits(request, self.config.max_model_len)
-
     async def stream(self, request: GenRequest):
         """Queue the request in the manager and yield its new tokens as each result reaches the loop."""
-        problem = self.check(request)
-        if problem:
-            raise RequestRejected(problem)
+        self.admit(request)
         results: asyncio.Queue = asyncio.Queue()
         request_id = f"{request.request_id}-{next(self._ids)}"
         self._manager.register_result_handler(request_id, results.put_nowait)

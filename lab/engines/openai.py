@@ -296,6 +296,7 @@ class OpenAIEngine:
         self.ids_known = False  # whether the server sends its token ids back (found by the start's probe)
         self.prompt_mismatches = 0  # prompts whose server token count differed from the lab's
         self._session = None
+        self.info: EngineInfo | None = None
         self._samples = SampleBuffer()
         self._in_flight = 0
         self._scraper: asyncio.Task | None = None
@@ -325,7 +326,8 @@ class OpenAIEngine:
             raise
         self.has_metrics = scrape is not None
         self._scraper = asyncio.ensure_future(self._scrape_loop())
-        return self._info(scrape)
+        self.info = self._info(scrape)
+        return self.info
 
     async def _read_models(self) -> None:
         """The served model's name and max_model_len from /v1/models (if that fails, --served-model-name)."""

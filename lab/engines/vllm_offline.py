@@ -15,7 +15,7 @@ import time
 
 from lab.config import EngineConfig
 from lab.engines.base import GenRequest
-from lab.engines.vllm import VLLMEngine, batch_sources, engine_args, shut_down
+from lab.engines.vllm import VLLMEngine, engine_args, shut_down
 
 
 class OfflineVLLM:
@@ -28,13 +28,13 @@ class OfflineVLLM:
 
     async def start(self) -> dict:
         """Start vLLM's LLMEngine (its engine core in a process of its own); returns its engine args."""
-        kwargs, _ = VLLMEngine(self.config, self.model_path)._prepare()  # the lab's args, environment, block rule
+        kwargs, sources, _ = VLLMEngine(self.config, self.model_path)._prepare()  # args, environment, block rule
         kwargs["disable_log_stats"] = True
 
         self.engine = await asyncio.to_thread(offline_engine, kwargs)
         self.args = {k: v for k, v in kwargs.items() if k != "model"} | {
             "batching": f"offline LLM.generate: every request queued at once, up to {kwargs['max_num_seqs']} running",
-            "source": batch_sources(self.config)}  # its step caps are vllm serve's, as the served face's are
+            "source": sources}  # its step caps and pool sized as the served face's are
         return self.args
 
     async def generate(self, requests: list[GenRequest]) -> tuple[int, float]:

@@ -6,7 +6,7 @@ touched), ``check(params, config)`` for the rules that need the engine config to
 ``async run(session, params, result, notify)`` that fills an ExperimentResult as it goes: the
 measured ``fields`` (named as docs/cli.md lists them), ``rows`` for a CSV, ``series`` for its figure, and
 the live load run where there is one. The CLI (``python -m lab experiment NAME``), the dashboard's
-KV cache tab and the notebooks all call ``run_experiment`` and draw with lab.plots_kv.
+KV cache tab and the notebooks all call ``run_experiment`` and draw with lab.plots.kv.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lab.config import decimal, whole, whole_or_none
 from lab.environment import read_device, versions
 from lab.runs import RunResult
 from lab.status import RunStatus
-from lab.tasks import TaskResult, supervise
+from lab.tasks import TaskResult, TaskSpec, supervise
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ EXPERIMENTS = {
     "sharing": "parallel sampling (n=4) of one prompt vs four separate requests: shared KV blocks",
     "memory": "the memory plan: vLLM's fraction of TOTAL memory and what it buys in KV blocks",
     "why": "the vLLM/HF ratio taken apart: one mechanism per rung, measured on the same requests",
-    "capacity_search": "how many users each engine serves under a latency target (lab capacity, from the page)",
 }
-OWN_TAB = ("why", "capacity_search")  # experiments with a tab of their own: the KV cache tab does not list them
+OWN_TAB = ("why",)  # experiments with a tab of their own: the KV cache tab does not list them
+PREDICTS = {"why": "step"}  # the experiments the room predicts: the kind of their round (lab.predictions.TASKS)
 
 
 def module(name: str):
@@ -50,6 +50,14 @@ def module(name: str):
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
     return importlib.import_module(f"lab.experiments.{name}")
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """One experiment to run: its name and its validated Params (what the host's submit and the CLI's runner take)."""
+
+    name: str
+    params: Any
 
 
 def parse_params(name: str, values: dict[str, Any]) -> Any:
@@ -231,3 +239,20 @@ def write_experiment(result: ExperimentResult, out_dir: str | Path, stem: str = 
             writer.writeheader()
             writer.writerows(result.rows)
     return paths
+
+
+def session_engines(plan: ExperimentPlan, config) -> tuple[str, ...]:
+    """The engines the CLI's session loads for an experiment: its module's ``engines(params, config)`` where they
+    depend on the settings (the Why ladder), else its ENGINES."""
+    found = module(plan.name)
+    return found.engines(plan.params, config) if hasattr(found, "engines") else found.ENGINES
+
+
+TASK = TaskSpec(kind="experiment", plan=ExperimentPlan,
+                check=lambda plan, config, session: validate(plan.name, plan.params, config),
+                new=lambda session, plan: new_result(session, plan.name, plan.params),
+                run=lambda session, plan, result, notify: run_experiment(session, plan.name, plan.params, result,
+                                                                         notify),
+                write=write_experiment, engines=session_engines,
+                started=lambda result: f"Experiment {result.experiment} ({result.id}) started.", write_live=True,
+                predicts=lambda plan: PREDICTS.get(plan.name))

@@ -60,7 +60,7 @@ async def run(session, params: Params, result, notify) -> None:
 
 def memory_fields(session) -> dict:
     """Bytes per token with its formula and GQA (computed); the pool in tokens, computed and as vLLM counted it."""
-    from lab.engines.vllm import kv_budget_bytes
+    from lab.memory import kv_budget_bytes
 
     config = session.model_config
     per_token, formula = kv_bytes_per_token_formula(config, session.config.resolved_dtype())

@@ -53,12 +53,12 @@ async def run(session, params: Params, result, notify) -> None:
     except ValueError as exc:
         result.fields = {**fields, "refused": True, "reason": str(exc)}
         return
-    kv = plan.vllm_kv_bytes
+    kv = plan.pool_kv_bytes
     blocks = int(kv // (per_token * config.resolved_block_size())) if per_token else None
     per_request = blocks_for(config.max_model_len, config.resolved_block_size())
     at_once = max(0, blocks - NULL_BLOCKS) // per_request if blocks is not None else None
     loaded = session.info.get("vllm")
-    result.fields = {**fields, "refused": False, "vllm_bytes": plan.vllm_bytes, "kv_bytes_planned": kv,
+    result.fields = {**fields, "refused": False, "vllm_bytes": plan.pools_bytes(), "kv_bytes_planned": kv,
                      "kv_blocks_planned": blocks,
                      "max_len_requests_at_once": at_once,
                      "notes": plan.notes, "session_kv_blocks_measured": loaded.kv_total_blocks if loaded else None}

@@ -9,6 +9,7 @@ session's vLLM, and counts preemptions with vLLM's own counter.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -105,4 +106,5 @@ async def measure(engine, blocks: int, requests, users: int, result, notify) -> 
     return {"kv_blocks": blocks, "preemptions": series[-1][2] if series else 0,
             "output_tok_s": summary.output_tok_s, "completed": summary.completed, "errors": summary.errors,
             "peak_waiting": max((s.waiting for s in samples), default=0),
+            "mean_running": round(statistics.fmean(s.running for s in samples), 1) if samples else None,  # per step
             "peak_kv_usage": max((s.kv_usage for s in samples), default=0.0)}

@@ -1,8 +1,10 @@
-"""why: the HF-to-vLLM ratio taken apart, one mechanism per rung (lab.ladder), on the same seeded requests.
+"""why: the HF-to-vLLM ratio taken apart, one mechanism per rung (lab.experiments.ladder), on the same seeded requests.
 
-Each rung's engine is started once (the session's own engine where its settings match), then the rungs take
-turns, ``repeats`` times over, on identical requests: a repeat's rungs run minutes apart at most, so drift
-favours none. A preset chooses a load that holds the mechanism it is named for:
+Each rung's engine is started once (the session's own engine where its settings match, else one the session
+holds for its ladders: lab.session's ``rungs``), warmed up and measured as a load test warms up an engine and
+measures a level (lab.runs), then the rungs take turns, ``repeats`` times over, on identical requests: a repeat's
+rungs run minutes apart at most, so drift favours none. A preset chooses a load that holds the mechanism it is named
+for:
 - overhead: 1 user, short prompts: no batching or paging can act; what remains is what a step costs.
 - spread: answers spread 12x (16x on a GPU), several requests per user: static batches wait for their longest
   answer while continuous batching refills a finished request's slot at the next step.
@@ -19,23 +21,19 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from lab.config import MAX_REPEATS, LoadConfig, parse_users
-from lab.engines import create_engine, registry
-from lab.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
-from lab.load.driver import run_users
+from lab.config import MAX_REPEATS, LoadConfig, RunPlan, parse_users
+from lab.engines import registry
+from lab.experiments.ladder import METHOD, RUNGS, check_rungs, decompose, skip_reason
 from lab.load.workloads import longest_request, make_requests
-from lab.memory import model_kv_bytes_per_token
-from lab.metrics import summarize
+from lab.memory import capped_steps, card_share, model_kv_bytes_per_token, shared_block
 from lab.metrics.kv import blocks_for
-from lab.metrics.steps import level_factors, level_steps
-from lab.runs import SETTLE_S
+from lab.metrics.steps import level_factors
+from lab.runs import SETTLE_S, LevelResult, RunResult, run_level, warm_up, warmup_requests
 from lab.session import through_cancel
+from lab.tasks import nothing
 
 log = logging.getLogger(__name__)
-ENGINES = ("hf", "vllm")  # what the session should hold; the other rungs start here
-# rungs whose engine is a vLLM: started first, on a CPU settled after
-VLLM_RUNGS = (*registry.with_pool(registry.names()), "offline")
-COMPILE_BOUND_S = 300.0  # hf-compiled's warm-up (its compiles) may take this long; past it the rung is dropped
+ENGINES = (registry.BASELINE, registry.RATIO_TOP)  # what the session should hold; the other rungs start here
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def budget(params: Params, config, per_token: int) -> dict:
     if not load.hf_cap:
         return {}
     longest = sum(longest_request(load.workload, load.output_len))
-    block = 16 if config.resolved_device() == "cuda" else 32  # vLLM's CPU build: multiples of 32
+    block = shared_block(config)
     tokens = load.hf_cap * longest
     blocks = tokens // block
     return {"tokens": blocks * block, "longest_request": longest, "hf_cap": load.hf_cap, "block_size": block,
@@ -142,6 +140,15 @@ def preset_config(params: Params, config, per_token: int):
     return config.with_overrides(hf_max_batch_size=max(config.hf_max_batch_size, params.widest(config).users))
 
 
+def engines(params: Params, config) -> tuple[str, ...]:
+    """What the CLI's session loads for this ladder: ENGINES where it runs the preset's own settings (its hf and vllm
+    are then rungs), else none (each rung starts its own: nothing loads twice)."""
+    from lab.model import resolve_model
+
+    per_token = model_kv_bytes_per_token(resolve_model(config.model), config.resolved_dtype())
+    return ENGINES if preset_config(params, config, per_token) == config else ()
+
+
 async def run(session, params: Params, result, notify) -> None:
     """At each user level, start (or reuse) the rungs and run them in turns, filling the factors after every turn;
     stop what was started here."""
@@ -150,29 +157,26 @@ async def run(session, params: Params, result, notify) -> None:
     config = preset_config(params, session.config, per_token)
     shared = budget(params, session.config, per_token)
     result.fields["method"] = METHOD
-    kept = getattr(session, "ladder_pool", None)  # a caller's pool keeps rung engines for its next ladder
-    pool = {} if kept is None else kept
     try:
         for users in params.levels(config):
             load = params.load(config, users)
             result.fields.update(_head(params, device, load, shared))
-            await _level(session, params, config, device, pool, result, notify, load)
+            await _level(session, params, config, device, result, notify, load)
         result.message = "done"
     finally:
-        if kept is None:
-            await stop_pool(pool)
+        await session.release_rungs()  # unless the session keeps them for its next ladder (lab.session)
 
 
-async def _level(session, params: Params, config, device: str, pool: dict, result, notify, load: Load) -> None:
+async def _level(session, params: Params, config, device: str, result, notify, load: Load) -> None:
     """The whole ladder at one level, kept in fields["levels"] when done."""
     requests = make_requests(session.tokenizer, load.workload, load.users * load.requests_per_user, 11,
                              load.output_len, prefix="why")
     rungs: dict = {}
-    await _start_rungs(session, params, config, device, rungs, pool, result, notify)
+    await _start_rungs(session, params, config, device, rungs, result, notify)
     for repeat in range(params.repeats):  # odd repeats run backwards: drift favours no rung
         turns = list(rungs.items()) if repeat % 2 == 0 else list(rungs.items())[::-1]
-        for name, engine in turns:
-            await _turn(name, engine, requests, load.users, repeat, params, result, notify, device)
+        for name, rung in turns:
+            await _turn(name, rung, requests, repeat, params, result, notify, session)
     keep_level(result)
 
 
@@ -187,13 +191,6 @@ def keep_level(result) -> None:
     fill(None, result)
 
 
-async def stop_pool(pool: dict) -> None:
-    """Stop the rung engines a ladder started (each one, whatever another's stop raised)."""
-    for engine in reversed(list(pool.values())):
-        await _stop_quietly(engine)
-    pool.clear()
-
-
 def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
     return {"preset": params.preset, "preset_words": PRESET_WORDS[params.preset], "device_kind": device,
             "load": {"users": load.users, "requests_per_user": load.requests_per_user, "workload": load.workload,
@@ -203,10 +200,10 @@ def _head(params: Params, device: str, load: Load, shared: dict) -> dict:
             "steps": None}
 
 
-async def _start_rungs(session, params, config, device, rungs, pool, result, notify) -> None:
+async def _start_rungs(session, params, config, device, rungs, result, notify) -> None:
     """Each rung's engine: the session's where its settings match, else a new one (vLLM first)."""
     asked = check_rungs(params.rung_names())
-    order = sorted(RUNGS, key=lambda n: 0 if RUNGS[n].engine in VLLM_RUNGS else 1)
+    order = sorted(RUNGS, key=lambda n: not _pooled(n))
     for name in order:
         reason = skip_reason(name, device, asked)
         entry = result.fields["rungs"][name] = {"label": RUNGS[name].label, "engine": RUNGS[name].engine,
@@ -217,140 +214,106 @@ async def _start_rungs(session, params, config, device, rungs, pool, result, not
             continue
         rung_config = config.with_overrides(**dict(RUNGS[name].overrides))
         rung_config = _as_wide_as_the_load(name, rung_config, params.load(config, result.fields["load"]["users"]))
-        rung_config = _beside_the_others(rung_config, RUNGS[name].engine, session.check.model_path)
+        rung_config = _beside_the_others(name, rung_config, session.check.model_path)
         result.message = f"starting rung {name} ({RUNGS[name].label})"
         notify(result)
         began = time.perf_counter()
-        engine = await _engine(session, name, rung_config, pool, entry)
+        engine = await _engine(session, name, rung_config, entry)
         if engine is None:
             continue
-        entry["args"] = engine.args if name == "offline" else engine.info.args
+        entry["args"] = engine.args if RUNGS[name].whole_batch else engine.info.args
         entry["start_s"] = round(time.perf_counter() - began, 2)
-        await _warm(name, engine, session.tokenizer, result, entry)
+        plan = _plan(name, rung_config, result.fields["load"])
+        await _warm(name, engine, plan, session.tokenizer, entry)
         if entry["status"] == "starting":
-            rungs[name] = engine
+            rungs[name] = engine, plan
             entry["status"] = "ran"
     result.fields["rungs"] = {n: result.fields["rungs"][n] for n in RUNGS}  # ladder order, whatever the start order
 
 
+def _pooled(name: str) -> bool:
+    """Its engine holds a vLLM pool (its own or its family's registry entry says): started first, given its share of
+    the card, on a CPU settled after each turn."""
+    rung = RUNGS[name]
+    return registry.spec(rung.family or rung.engine).kv_pool
+
+
 def _as_wide_as_the_load(name: str, config, load: Load):
-    """hf-compiled: one compiled batch shape no wider than the load, its static cache as long as the load's longest
-    request (attention over unused slots would be a cost of the cache's size, not of compiling); offline: at most
-    ``users`` requests in a step, as the closed-loop rungs have (vLLM refills a finished one's place from its queue)."""
-    if name == "hf-compiled":
+    """A rung that fits the load (hf-compiled): one compiled batch shape no wider than the load, its static cache as
+    long as the load's longest request (attention over unused slots would be a cost of the cache's size, not of
+    compiling); a whole-batch rung (offline): at most ``users`` requests in a step, as the closed-loop rungs have
+    (vLLM refills a finished one's place from its queue)."""
+    if RUNGS[name].fits_load:
         longest = -(-sum(longest_request(load.workload, load.output_len)) // 16) * 16
         return config.with_overrides(hf_max_batch_size=min(config.hf_max_batch_size, load.users),
                                      max_model_len=min(config.max_model_len, longest))
-    if name == "offline":
-        from lab.engines.vllm import batch_limits
-
-        return config.with_overrides(max_num_seqs=min(batch_limits(config)["max_num_seqs"], load.users))
-    return config
+    return capped_steps(config, load.users) if RUNGS[name].whole_batch else config
 
 
-def _beside_the_others(config, engine: str, model_path: str):
-    """A vLLM rung on CUDA with a set KV budget asks for the share of the card it takes (weights + pool + 3 GiB of
-    activations and graphs), not gpu_memory_utilization's: vLLM refuses to start unless that share is free, and
-    the ladder holds several vLLMs and HF models on one card at once."""
-    if engine not in VLLM_RUNGS or config.resolved_device() != "cuda" or config.kv_cache_gib is None:
-        return config
-    from lab.environment import read_device
-    from lab.model import weights_bytes
-
-    need = (weights_bytes(model_path, config.resolved_dtype()) or 0) + (config.kv_cache_gib + 3) * 1024**3
-    share = round(min(config.gpu_memory_utilization, need / read_device("cuda").total_bytes + 0.01), 3)
-    return config.with_overrides(gpu_memory_utilization=share)
+def _beside_the_others(name: str, config, model_path: str):
+    """A vLLM rung asks for its share of the card (lab.memory.card_share): the ladder holds several engines at once."""
+    return card_share(config, model_path) if _pooled(name) else config
 
 
-OPTIONAL_START = ("vllm-hf-code", "vllm-compiled")  # rungs whose start may fail on a device: skipped, reason kept
-
-
-async def _engine(session, name: str, config, pool: dict, entry: dict):
-    """The rung's engine: the session's, one a pool holds, or a new one started; None (the rung skipped with the
-    error it raised) where an optional rung's engine fails to start here."""
-    engine = _reuse(session, RUNGS[name].engine, config) or pool.get((name, config))
-    if engine is not None:
-        return engine
-    engine = _create(name, config, session.check.model_path)
+async def _engine(session, name: str, config, entry: dict):
+    """The rung's engine (lab.session's rung: the session's, one it keeps, or a new one started); None (the rung
+    skipped with the error it raised) where an optional rung's engine fails to start here."""
     try:
-        await engine.start()
+        return await session.rung(name, config)
     except Exception as exc:
-        if name not in OPTIONAL_START:
+        if not RUNGS[name].optional:
             raise
         log.exception("rung %s did not start", name)
         entry["status"], entry["reason"] = "skipped", f"its engine failed to start here: {type(exc).__name__}: {exc}"
-        await _stop_quietly(engine)
         return None
-    pool[(name, config)] = engine
-    return engine
 
 
-async def _stop_quietly(engine) -> None:
-    """Stop one rung engine; a stop that raises is logged, so that the others still stop."""
-    try:
-        await engine.stop()
-    except Exception:
-        log.exception("stopping rung engine %s failed", engine.name)
+def _plan(name: str, config, load: dict) -> RunPlan:
+    """A rung's turns as a run's level (lab.runs): its engine, the ladder's load, and as warm-up max(2, users) short
+    unmeasured requests (a rung whose engine is not registered is labelled by its family: offline by its vLLM)."""
+    engine = RUNGS[name].family or RUNGS[name].engine
+    return RunPlan(engines=(engine,), engine=config,
+                   load=LoadConfig(users=(load["users"],), workload=load["workload"], output_len=load["output_len"],
+                                   requests_per_user=load["requests_per_user"], warmup_requests=max(2, load["users"])))
 
 
-def _reuse(session, engine_name: str, config):
-    """The session's engine of that name when it runs these very settings, else None."""
-    mine = session.configs.get(engine_name)
-    if engine_name in session.engines and mine is not None and mine == config.with_overrides(
-            gpu_memory_utilization=mine.gpu_memory_utilization):  # the share asked for at start is no setting
-        return session.engines[engine_name]
-    return None
-
-
-def _create(name: str, config, model_path: str):
-    if name == "offline":
-        from lab.engines.vllm_offline import OfflineVLLM
-
-        return OfflineVLLM(config, model_path)
-    return create_engine(RUNGS[name].engine, config, model_path)
-
-
-async def _warm(name, engine, tokenizer, result, entry) -> None:
-    """Two short unmeasured requests (and, for hf-compiled, its compiles); a compile past the bound drops it."""
-    load = result.fields["load"]
-    warm = make_requests(tokenizer, load["workload"], max(2, load["users"]), 99, 16, prefix=f"warm-{name}")
+async def _warm(name, engine, plan: RunPlan, tokenizer, entry) -> None:
+    """The run's warm-up (lab.runs.warm_up; a whole-batch rung's in one call); a warm-up past the rung's bound (for
+    hf-compiled, its compiles) drops it."""
     began = time.perf_counter()
-    if name == "offline":
-        await engine.generate(warm)
+    if RUNGS[name].whole_batch:
+        await engine.generate(warmup_requests(tokenizer, plan, name))
     else:
-        await run_users(engine, iter(warm), users=len(warm))
-        await engine.reset()
-        engine.drain_samples()
+        await warm_up(engine, tokenizer, plan)
     entry["warmup_s"] = round(time.perf_counter() - began, 2)
-    if name == "hf-compiled" and entry["warmup_s"] > COMPILE_BOUND_S:
+    bound, what = RUNGS[name].warmup_bound or (None, "")
+    if bound is not None and entry["warmup_s"] > bound:
         entry["status"], entry["reason"] = "skipped", (
-            f"its compiles took {entry['warmup_s']:.0f} s, past the bound of {COMPILE_BOUND_S:.0f} s")
+            f"{what} took {entry['warmup_s']:.0f} s, past the bound of {bound:.0f} s")
 
 
-async def _turn(name, engine, requests, users, repeat, params, result, notify, device) -> None:
-    """One rung's turn: the requests through its users (offline: all at once), its figures, the new factors."""
-    entry = result.fields["rungs"][name]
+async def _turn(name, rung, requests, repeat, params, result, notify, session) -> None:
+    """One rung's turn: the requests through its users (a whole-batch rung: all at once), its figures, the new
+    factors."""
+    engine, plan = rung
+    users, entry = plan.load.users[0], result.fields["rungs"][name]
     result.message = f"repeat {repeat + 1} of {params.repeats}: {name} ({entry['label']})"
     notify(result)
-    if name == "offline":  # the offline loop cannot be interrupted: a cancel waits for it, then stops the ladder
+    if RUNGS[name].whole_batch:  # its loop cannot be interrupted: a cancel waits for it, then stops the ladder
         (tokens, seconds), cancelled = await through_cancel(engine.generate(requests))
         if cancelled:
             raise asyncio.CancelledError
         tok_s, tpot, peak = tokens / seconds, None, None  # the offline loop samples no running count
     else:
-        await engine.reset()
-        engine.drain_samples()
-        records = await run_users(engine, iter(requests), users)
-        samples = engine.drain_samples()
-        summary = summarize(records, name, users, repeat)
+        level = await _measure(session, engine, plan, requests, repeat)
+        summary = level.summary
         if summary.completed < len(requests):
             raise RuntimeError(f"rung {name} finished {summary.completed} of {len(requests)} requests"
                                f" ({summary.errors} errors, {summary.cancelled} cancelled)")
         tok_s, tpot = summary.output_tok_s, summary.tpot_s.p50
-        peak = max((s.running for s in samples), default=None)
-        kv_per_token = engine.info.kv_bytes_per_token if engine.info else None
+        peak = max((s.running for s in level.samples), default=None)
         entry["turns"].append({"repeat": repeat, "output_tokens": summary.output_tokens,
-                               "duration_s": summary.duration_s, "steps": level_steps(samples, kv_per_token)})
+                               "duration_s": summary.duration_s, "steps": level.steps})
     entry["tok_s"].append(round(tok_s, 3))
     entry["tpot_ms"].append(None if tpot is None else round(tpot * 1000, 2))
     entry["peak_running"].append(peak)
@@ -358,13 +321,19 @@ async def _turn(name, engine, requests, users, repeat, params, result, notify, d
                         "tpot_p50_ms": entry["tpot_ms"][-1], "peak_running": peak})
     fill(None, result)
     notify(result)
-    if RUNGS[name].engine in VLLM_RUNGS and device == "cpu":
+    if _pooled(name) and session.check.device == "cpu":
         await asyncio.sleep(SETTLE_S)
+
+
+async def _measure(session, engine, plan: RunPlan, requests: list, repeat: int) -> LevelResult:
+    """One turn measured as a run measures a level (lab.runs.run_level), on the ladder's requests."""
+    turn = RunResult(plan=plan, model_path=session.check.model_path, engine_info={engine.name: engine.info})
+    return await run_level(plan, engine, session.tokenizer, plan.load.users[0], turn, nothing, repeat, requests)
 
 
 def fill(session, result) -> None:
     """The factors and the caption from the turns measured so far (also after a cancel or a failure)."""
-    from lab.sentences import why_caption
+    from lab.experiments.why_words import why_caption
 
     fields = result.fields
     ran = {n: r["tok_s"] for n, r in fields.get("rungs", {}).items() if r["tok_s"]}
@@ -381,7 +350,8 @@ def fill(session, result) -> None:
 
 def levels_caption(fields: dict, level_caption: str) -> str:
     """A ladder of several levels: what moved across them, then the level now running or last run in detail."""
-    from lab.steps_words import ladder_levels_lines, users_words
+    from lab.experiments.why_words import ladder_levels_lines
+    from lab.words import users_words
 
     lines = ladder_levels_lines(fields.get("levels", {}))
     if not lines:
@@ -394,6 +364,6 @@ def rung_steps(fields: dict) -> dict | None:
     """hf -> vllm at this level taken apart as a load test's level is (lab.metrics.steps): tokens per step x time
     per step x busy fraction, from the turns both rungs finished; None where either timed no step."""
     rungs, users = fields.get("rungs", {}), fields.get("load", {}).get("users")
-    runs = [{"engine": name, "users": users, **turn} for name in ("hf", "vllm")
+    runs = [{"engine": name, "users": users, **turn} for name in ENGINES
             for turn in rungs.get(name, {}).get("turns", [])]
-    return level_factors(runs, users, "hf", "vllm") if runs else None
+    return level_factors(runs, users, *ENGINES) if runs else None

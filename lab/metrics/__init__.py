@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
+from lab.engines.registry import BASELINE, RATIO_TOP, ratio_bases
 from lab.load.driver import RequestRecord
 from lab.status import RequestStatus
 
@@ -254,28 +255,26 @@ def tok_s_spreads(rows: Iterable[dict]) -> dict[tuple[str, int], Spread]:
     return {key: spread(by_repeat.values()) for key, by_repeat in level_rates(rows).items()}
 
 
-RATIO_BASES = ("hf", "hf-cb")  # vLLM's speed is divided by each of these that ran
-
-
 def ratio_pairs(engines: Sequence[str]) -> list[tuple[str, str]]:
-    """Which ratios a run shows, as (top, base): vLLM over HF and over HF-CB where they ran; otherwise (two
-    servers, or vLLM beside a server) the second engine over the first."""
-    pairs = [("vllm", base) for base in RATIO_BASES if "vllm" in engines and base in engines]
+    """Which ratios a run shows, as (top, base): vLLM over each ratio base that ran (HF, HF-CB: the registry's
+    ratio_base); otherwise (two servers, or vLLM beside a server) the second engine over the first."""
+    bases = ratio_bases() if RATIO_TOP in engines else ()
+    pairs = [(RATIO_TOP, base) for base in bases if base in engines]
     return pairs or ([(engines[1], engines[0])] if len(engines) > 1 else [])
 
 
 def ratio_key(top: str, base: str) -> str:
     """A ratio's key in summary.json's ``ratios``: the base alone under vLLM (``hf``), else ``top/base``."""
-    return base if top == "vllm" else f"{top}/{base}"
+    return base if top == RATIO_TOP else f"{top}/{base}"
 
 
 def ratio_from_key(key: str) -> tuple[str, str]:
     """(top, base) of a ``ratios`` key."""
     top, _, base = key.rpartition("/")
-    return (top or "vllm"), base
+    return (top or RATIO_TOP), base
 
 
-def ratio_spreads(rows: Iterable[dict], base: str = "hf", top: str = "vllm") -> dict[int, Spread]:
+def ratio_spreads(rows: Iterable[dict], base: str = BASELINE, top: str = RATIO_TOP) -> dict[int, Spread]:
     """The spread of the per-repeat ratio ``top`` / ``base`` at every user level where both ran a same repeat."""
     rates = level_rates(rows)
     result = {}
@@ -300,7 +299,7 @@ def thin_levels(rows: Iterable[dict], least: int = TRUSTED_REQUESTS) -> list[int
     return sorted({users for (_, users), count in done.items() if count < least})
 
 
-def ratios_by_users(rows: Iterable[dict], base: str = "hf", top: str = "vllm") -> dict[int, float]:
+def ratios_by_users(rows: Iterable[dict], base: str = BASELINE, top: str = RATIO_TOP) -> dict[int, float]:
     """The improvement ratio (mean ``top`` tok/s / mean ``base`` tok/s) at every level where both engines ran."""
     means = {key: s.mean for key, s in tok_s_spreads(rows).items()}
     result = {}

@@ -152,7 +152,9 @@ def held_series(engine: str, samples: Sequence[EngineSample], records: Sequence[
 def waste_stats(series: Sequence[tuple]) -> dict:
     """Waste of a (time, held, real, ...) series: at the peak of what was held, and time-weighted.
 
-    peak: 1 - real / held at the sample where the engine held the most memory.
+    peak: 1 - real / held at the sample where the engine held the most memory (a moment's share, not the highest
+    waste), floored at 0; peak_counted_over: the requests' tokens counted then exceeded what the engine held, so the
+    moment's waste is not known (token arrivals and the engine's counts are read at different instants).
     mean: 1 - (integral of real) / (integral of held) over the series, each sample holding until the next
     (so it is the share of memory x time that held no real token).
     """
@@ -165,7 +167,7 @@ def waste_stats(series: Sequence[tuple]) -> dict:
         dt = nxt[0] - row[0]
         held, real = held + row[1] * dt, real + min(row[2], row[1]) * dt
     return {"peak": max(0.0, 1 - top[2] / top[1]), "mean": (1 - real / held) if held else None,
-            "peak_held_tokens": top[1]}
+            "peak_held_tokens": top[1], "peak_counted_over": top[2] > top[1]}
 
 
 KINDS = ("real", "reservation", "internal", "external")  # what held KV slots hold, in the vLLM paper's terms

@@ -120,7 +120,11 @@ def between(before: Sample | None, after: Sample | None, hertz: int | None = Non
 
 def disturbed(machine: dict | None) -> bool:
     """Whether a level's machine (``between``'s dict) was shared enough to move its figures: other processes used
-    OTHERS_CORES or more, or steal took STEAL_SHARE of the machine or more."""
+    OTHERS_CORES or more while the machine had less than OTHERS_CORES idle (on a 2-core CPU the engines keep both
+    cores busy, so any such use competes; on a 16-core GPU host, other processes on idle cores take nothing from
+    the lab), or steal took STEAL_SHARE of the machine or more."""
     if not machine:
         return False
-    return machine["others_cores"] >= OTHERS_CORES or machine["steal_cores"] >= STEAL_SHARE * machine["cores"]
+    busy = machine["others_cores"] + machine.get("lab_cores", machine["cores"])
+    crowded = machine["others_cores"] >= OTHERS_CORES and busy > machine["cores"] - OTHERS_CORES
+    return crowded or machine["steal_cores"] >= STEAL_SHARE * machine["cores"]

@@ -12,12 +12,13 @@ import time
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from lab.engines import registry
 from lab.experiments.blocks import derive_grid
 from lab.experiments.table import default_step, refs_at, step_view
+from lab.experiments.table_words import table_step_answer
 from lab.metrics.kv import used_blocks
 from lab.plots import ENGINE_COLORS, _layout
-from lab.plots_why import ladder_figure
-from lab.sentences import table_step_answer
+from lab.plots.why import ladder_figure
 from lab.status import RunStatus
 
 FREE = "#f4f4f4"
@@ -102,7 +103,7 @@ def phases_figure(result) -> go.Figure:
             gain = data["gain"]
             fig.add_trace(go.Scatter(
                 x=[int(u) for u in levels], y=[data["tok_s"][u] for u in levels], mode="lines+markers",
-                name=f"{'HF' if engine == 'hf' else 'vLLM'} {workload}-bound (x{gain:.1f})" if gain else engine,
+                name=f"{registry.label(engine)} {workload}-bound (x{gain:.1f})" if gain else engine,
                 line=dict(color=ENGINE_COLORS.get(engine), dash="solid" if workload == "prefill" else "dash")))
     return _layout(fig, "What concurrency buys: prefill- vs decode-bound", "concurrent users", "output tok/s")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from lab.ladder import CHAIN, RUNGS, geo_mean
+from lab.experiments.ladder import CHAIN, RUNGS, geo_mean
 from lab.plots import _layout
 
 CHAIN_COLOR, SIDE_COLOR = "#17bebb", "#a5668b"

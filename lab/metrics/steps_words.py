@@ -9,10 +9,11 @@ or far above it. The Load test, reports and notebooks print these; the factors a
 from __future__ import annotations
 
 from lab.engines import registry
-from lab.ladder import clear, largest_clear
+from lab.experiments.ladder import clear, largest_clear
+from lab.metrics.levels_words import busy_words
 from lab.metrics.machine import disturbed
 from lab.metrics.steps import FACTORS, NEAR_FLOOR
-from lab.sentences import busy_words, factor_words
+from lab.words import POOLED, by_users, factor_words, users_words
 
 FACTOR_NAMES = {"tokens_per_step": "output tokens per step", "s_per_step": "less time per step",
                 "busy_fraction": "busy fraction"}
@@ -28,8 +29,8 @@ def level_lines(users: int, level: dict) -> list[str]:
     base, top = (registry.label(level[k]) for k in ("base", "top"))
     parts = [f"{factor_words(level['factors'][f])} {FACTOR_NAMES[f]}" for f in FACTORS]
     lines = [f"At {users_words(users)}, {top}/{base} {level['product']:.2f}x = " + " x ".join(parts)
-             + f" (measured: {_rows_words(level, base, top)}; a step took {_ms(level, level['base'])} in {base}, "
-               f"{_ms(level, level['top'])} in {top})."]
+             + f" (measured, {POOLED}; {_rows_words(level, base, top)}; a step took {_ms(level, level['base'])} in "
+               f"{base}, {_ms(level, level['top'])} in {top})."]
     return lines + [_larger_line(level, base, top)] + _row_lines(level, base, top) + _floor_lines(level, base, top)
 
 
@@ -174,43 +175,3 @@ def factors_caption(summary: dict) -> str:
         return ""
     return (f"**{FACTORS_TITLE}**:\n\n" + factors_table(summary["factors"]) + "\n\n"
             + "\n".join(f"- {line}" for line in lines))
-
-
-# -- the ladder at every load (lab.experiments.why): how the lead and its source move with users ---------------
-def ladder_levels_lines(levels: dict) -> list[str]:
-    """What moved between a ladder's user levels: the total, the step that gave the most at each level (never one
-    whose repeats straddle 1) and the lead taken apart by steps; empty for a ladder of one level."""
-    done = sorted(((int(u), lv) for u, lv in levels.items() if lv.get("total")), key=lambda kv: kv[0])
-    if len(done) < 2:
-        return []
-    totals = ", ".join(f"{factor_words(lv['total'])} at {users_words(u)}" for u, lv in done)
-    lines = [f"Across users (measured), vLLM / HF output tok/s: {totals}."]
-    steps = "; ".join(f"at {users_words(u)}, {_biggest_step(lv)}" for u, lv in done)
-    lines.append(f"The step that gave the most: {steps}.")
-    parts = [f"at {users_words(u)} {_steps_words(lv['steps'])}" for u, lv in done if lv.get("steps")]
-    if parts:
-        lines.append("HF → vLLM taken apart by steps (measured): " + "; ".join(parts) + ".")
-    return lines
-
-
-def users_words(users: int) -> str:
-    """'1 user', '4 users'."""
-    return f"{users} user{'s' if users > 1 else ''}"
-
-
-def by_users(levels: dict) -> list[tuple[str, dict]]:
-    """A {users: level} dict's items, fewest users first."""
-    return sorted(levels.items(), key=lambda kv: int(kv[0]))
-
-
-def _biggest_step(level: dict) -> str:
-    big = largest_clear(level.get("factors", []))
-    if big is None:
-        return "none stands out (every step's repeats straddle 1)"
-    return f"{big['lower']} → {big['upper']} ({big['mechanism']}), {factor_words(big)}"
-
-
-def _steps_words(level: dict) -> str:
-    found = ", ".join(f"{FACTOR_NAMES[f]} {level['factors'][f]['value']:.2f}x" for f in FACTORS)
-    big = larger(level)
-    return found + (f" (most: {FACTOR_NAMES[big['name']]})" if big else " (no factor clear of its repeats' spread)")

@@ -10,9 +10,9 @@ to adjacent levels; it stops at --max-users (capacity "at least" that many). Wit
 on an open-loop request rate from --start-rate (halving first while the start misses), until the bracket is
 within ``RATE_RESOLUTION`` of its top. ``search`` drives any ``probe(level, repeat)`` coroutine through it, so the
 tests run it on a fake probe and the CLI on the lab's engines (``run_level``, as ``bench`` runs a level).
-``run_capacity`` is the one runner on a session: the CLI calls it, and so does the page's Capacity tab, through the
-experiment lab.experiments.capacity_search (its Params are the CLI's options; refusals name them as ``names`` says),
-and a notebook through ``capacity_search`` (a started session in, capacity.json's dict out).
+``run_capacity`` is the one runner on a session: ``TASK`` runs it for the CLI and for the page's Capacity tab (which
+submits ``capacity_plan``'s CapacityPlan to the host; refusals name the form's fields as ``names`` says), and a
+notebook calls it through ``capacity_search`` (a started session in, capacity.json's dict out).
 
 A probe's size: closed loop, every user sends at least --requests-per-user (3) and the probe at least
 --min-requests (20) in all, so that the 1-user probe's p95 rests on 20 requests, not 3 (a p95 of 20 samples still
@@ -38,7 +38,6 @@ import io
 import json
 import logging
 import math
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,102 +45,39 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
 
-from lab.config import DECIMAL, MAX_RATE, MAX_REQUESTS, MAX_USERS, SLO_METRICS, LoadConfig, RunPlan, parse_slo
+from lab.capacity.little import latency_percentiles, littles_law, target_values
+from lab.capacity.targets import (
+    AGREE,
+    DEFAULT_TIME_LIMIT_S,
+    FLAGS,
+    KEYWORDS,
+    MAX_TIME_LIMIT_S,
+    METRICS,
+    MIN_REQUESTS,
+    NEAR,
+    RATE_FLOOR,
+    RATE_PROBE_S,
+    RATE_RESOLUTION,
+    REQUESTS_PER_USER,
+    RUNNING,
+    STEADY_EDGE,
+    TIME_LIMIT,
+    WAITING,
+    Target,
+    parse_targets,
+    seconds_words,
+)
+from lab.capacity.words import capacity_answer, level_words, times_words
+from lab.config import MAX_RATE, MAX_REQUESTS, MAX_USERS, SLO_METRICS, LoadConfig, RunPlan
 from lab.engines import registry
 from lab.engines.base import EngineFault
 from lab.environment import read_device, versions
-from lab.metrics import e2e_from_schedule_s, itls_s, percentile, ratio_pairs, summarize, tpot_s, ttft_from_schedule_s
+from lab.metrics import ratio_pairs, summarize
 from lab.runs import REQUEST_COLUMNS, SETTLE_S, RunResult, request_rows, run_level, warm_up
-from lab.status import RequestStatus, RunStatus
-from lab.tasks import TaskResult, supervise
+from lab.status import RunStatus
+from lab.tasks import TaskResult, TaskSpec, nothing, supervise
 
 log = logging.getLogger(__name__)
-
-METRICS = ("ttft", "tpot", "itl", "e2e")  # what a capacity target may bound (lab.metrics defines each)
-PERCENTILES = (50.0, 99.9)  # a target's percentile: from the median to p99.9 (p100 is one request, an outlier)
-DEFAULT_PERCENTILE = 95.0  # a target written without _pNN
-NEAR = 0.10  # a percentile within 10% of its limit: one more run of that level decides it
-AGREE = 0.10  # Little's law agrees when computed and measured L are within 10%
-STEADY_EDGE = 0.10  # steady: the window's edges can move Little's law's agreement by at most 10% (littles_law)
-REQUESTS_PER_USER = 3  # every user sends at least this many per probe
-MIN_REQUESTS = 20  # a probe sends at least this many (p95 of 20: the 19th-20th of them)
-RATE_PROBE_S = 10.0  # an open-loop probe schedules at least this many seconds of arrivals
-RATE_FLOOR = 64  # a rate search that misses at its start halves down to start / 64 at most
-RATE_RESOLUTION = 0.10  # a rate search stops when the bracket is within 10% of its top
-DEFAULT_TIME_LIMIT_S = 1800.0  # half an hour: a CPU search of two engines to 16 users fits
-MAX_TIME_LIMIT_S = 86400.0  # a day: past it a typo (100000 for 100) would hold the lab for days
-TIME_LIMIT = "time limit"  # why a search stopped early (capacity.json's ``ended``)
-RUNNING, WAITING = "running", "waiting"  # ``ended`` while the search goes: this engine's goes on, or is still to come
-FLAGS = {"slo": "--slo", "max_users": "--max-users", "requests_per_user": "--requests-per-user",
-         "min_requests": "--min-requests", "time_limit": "--time-limit", "start_rate": "--start-rate",
-         "max_rate": "--max-rate"}  # how a refusal names each bound: the CLI's flags (the Params: its fields)
-KEYWORDS = {**{key: key for key in FLAGS}, "time_limit": "time_limit_s"}  # capacity_search's: its keywords
-
-
-# -- targets ---------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Target:
-    """One latency target: this percentile of this metric at most ``limit_s`` seconds."""
-
-    metric: str
-    percentile: float
-    limit_s: float
-
-    @property
-    def name(self) -> str:
-        """'ttft_p95', as --slo writes it."""
-        return f"{self.metric}_p{self.percentile:g}"
-
-    def words(self) -> str:
-        """'ttft_p95 <= 2 s'."""
-        return f"{self.name} <= {seconds_words(self.limit_s)}"
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, **dataclasses.asdict(self)}
-
-
-def parse_targets(text: str, flag: str = FLAGS["slo"]) -> tuple[Target, ...]:
-    """'ttft_p95=2s,tpot_p95=150ms' as Targets (lab.config.parse_slo splits it; a bare metric is its p95).
-    ``flag``: how a refusal names the field (--slo on the CLI, slo in the page's and the experiment's Params).
-
-    Raises:
-        ValueError: no target, an unknown metric, a percentile outside PERCENTILES, a limit of 0 or below, or a
-            target given twice; each message names the value, the limit and what to write instead.
-    """
-    pairs = parse_slo(text)
-    if not pairs:
-        raise ValueError(f"{flag}: give at least one latency target, e.g. ttft_p95=2s,tpot_p95=150ms")
-    targets = tuple(target(name, limit, flag) for name, limit in pairs)
-    names = [t.name for t in targets]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{flag}: each target once, got {', '.join(names)}")
-    return targets
-
-
-def target(name: str, limit: float, flag: str = FLAGS["slo"]) -> Target:
-    """One NAME=LIMIT pair as a Target (ValueError naming what is wrong)."""
-    metric, _, suffix = name.partition("_p")
-    if metric not in METRICS:
-        raise ValueError(f"{flag}: unknown metric {metric!r} in {name!r}; use one of {', '.join(METRICS)}, with a "
-                         f"percentile suffix _pNN (e.g. ttft_p95=2s)")
-    low, high = PERCENTILES
-    if suffix and not DECIMAL.fullmatch(suffix):
-        raise ValueError(f"{flag}: {name!r}: after _p give a percentile from {low:g} to {high:g} (e.g. {metric}_p95)")
-    pct = float(suffix) if suffix else DEFAULT_PERCENTILE
-    if not low <= pct <= high:
-        raise ValueError(f"{flag}: {name}: percentile {pct:g} is outside {low:g}-{high:g}; use e.g. {metric}_p99")
-    if limit <= 0:
-        raise ValueError(f"{flag}: {name} must be a positive time (e.g. {name}=2s or {name}=150ms), not {limit:g}")
-    return Target(metric, pct, limit)
-
-
-def seconds_words(value: float | None) -> str:
-    """'2 s', '150 ms', '0.41 s' -> '410 ms'; '-' for None."""
-    if value is None:
-        return "-"
-    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
-
 
 # -- the search policy (pure) ------------------------------------------------------------------------------------
 
@@ -319,148 +255,6 @@ async def before(coro: Awaitable, deadline: float | None):
         return await asyncio.wait_for(coro, left)
     except TimeoutError:
         raise TimeLimit from None
-
-
-# -- what one probe measured ---------------------------------------------------------------------------------------
-
-SAMPLES = {"ttft": ttft_from_schedule_s, "tpot": tpot_s, "e2e": e2e_from_schedule_s}  # itl: pooled gaps
-
-
-def samples(records, metric: str) -> tuple[list[float], int]:
-    """A metric's values over the completed requests (TTFT and E2E from the scheduled send in open loop) and the
-    number of requests that did not complete (misses)."""
-    done = [r for r in records if r.status == RequestStatus.OK]
-    misses = len(records) - len(done)
-    if metric == "itl":
-        return [gap for r in done for gap in itls_s(r)], misses
-    return [v for r in done if (v := SAMPLES[metric](r)) is not None], misses
-
-
-def percentile_with_misses(values: list[float], misses: int, q: float) -> float | None:
-    """The q-th percentile (linear between ranks, as lab.metrics) of ``values`` plus ``misses`` samples above
-    every limit; None when there is no sample or the rank falls among the misses."""
-    ordered = sorted(values)
-    total = len(ordered) + misses
-    position = (total - 1) * q / 100.0
-    if not total or math.ceil(position) >= len(ordered):
-        return None
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def target_values(records, targets: tuple[Target, ...]) -> dict[str, float | None]:
-    """Each target's percentile, measured over one run's requests (failed ones count as misses)."""
-    return {t.name: percentile_with_misses(*samples(records, t.metric), t.percentile) for t in targets}
-
-
-def latency_percentiles(records, metric: str) -> dict:
-    """p50, p95 and p99 of a metric over the completed requests (measured)."""
-    values = samples(records, metric)[0]
-    return {f"p{q}": percentile(values, q) for q in (50, 95, 99)}
-
-
-def arrival_s(record) -> float:
-    """When a request entered the system: its scheduled time in open loop, else its send."""
-    return record.scheduled_s if record.scheduled_s is not None else record.send_s
-
-
-def littles_law(records, users: int | None = None, rate: float | None = None, margin: float = AGREE,
-                edge: float = STEADY_EDGE) -> dict:
-    """Little's law (L = throughput x W) over one run's steady window (``steady_window``).
-
-    Measured over the window: L, the time-average number of requests in the system (their time inside it over its
-    length); the throughput (requests that left in it, completed or failed, over its length); W, their mean time in
-    system (from the scheduled send in open loop); open loop, the arrival rate (arrivals in it over its length).
-    Computed: L = throughput x W, and the agreement, computed / measured L (``agreed``: within ``margin`` of 1).
-
-    The two differ only by the requests the window's edges cut: closed loop (think time 0: every user always has a
-    request in the system, so L is the users), at most one per user at each edge, the user that opens the window
-    and the one that closes it none, each by at most its time in system: the agreement is off by at most
-    (1 - 1/users) x W_max / window, W_max the longest time in system of a request the window holds or cuts. Open
-    loop, nothing is cut at the start (the first arrival); a stationary system has about L in flight at the end,
-    so the bound is W_max / window. *Steady* (judged): that bound at most ``edge``; a rule on the window and the
-    requests' lengths, never on the agreement. Recorded closed-loop levels (docs/capacity.md) reach 0.99 of the
-    bound, so a looser rule would judge probes whose edges alone make them disagree. ``why``: why not steady.
-    """
-    ended = [r for r in records if r.end_s is not None]
-    found = {"users": users, "rate": rate, "edge_limit": edge}
-    window = steady_window(ended, users)
-    if window is None:
-        return found | {"steady": False, "agreed": None, "agreement": None, "why": no_window_words(ended, users)}
-    start, end = window
-    left = [r for r in ended if start < r.end_s <= end]
-    if not left:
-        return found | {"steady": False, "agreed": None, "agreement": None, "window_s": end - start,
-                        "why": "no request left the system in its window"}
-    figures = window_figures(ended, left, start, end, users)
-    return figures | found | edge_verdict(figures, users, edge) | {"agreed": abs(figures["agreement"] - 1) <= margin}
-
-
-def steady_window(records, users: int | None) -> tuple[float, float] | None:
-    """Closed loop (``users``): from the last user's first send (every user has a request in the system) to the
-    earliest last end of a user (the first user with nothing left); open loop, the span of the arrivals (the
-    schedule running). None where it is empty (a user sent nothing, or it ends before it begins)."""
-    if not records:
-        return None
-    if users is None:
-        start, end = min(arrival_s(r) for r in records), max(arrival_s(r) for r in records)
-    else:
-        by_user = group_by_user(records)
-        if len(by_user) < users:
-            return None
-        start = max(min(r.send_s for r in mine) for mine in by_user.values())
-        end = min(max(r.end_s for r in mine) for mine in by_user.values())
-    return (start, end) if end > start else None
-
-
-def group_by_user(records) -> dict[int, list]:
-    """The records of each closed-loop user (RequestRecord.user_id: the driver's user that sent it)."""
-    by_user: dict[int, list] = {}
-    for r in records:
-        by_user.setdefault(r.user_id, []).append(r)
-    return by_user
-
-
-def no_window_words(records, users: int | None) -> str:
-    """Why a run has no steady window."""
-    if users is None:
-        return f"its {len(records)} arrival{'' if len(records) == 1 else 's'} span no time"
-    if len(group_by_user(records)) < users:
-        return f"{len(group_by_user(records))} of its {users} users sent a request"
-    return "its last user's first send came after its first user's last end"
-
-
-def window_figures(ended, left, start: float, end: float, users: int | None) -> dict:
-    """Little's law's figures over [start, end]: measured (L, throughput, W, W_max; open loop the arrival rate),
-    and the computed L with its agreement."""
-    length = end - start
-    cut = [r for r in ended if arrival_s(r) < end and r.end_s > start]
-    inside = sum(min(r.end_s, end) - max(arrival_s(r), start) for r in cut)
-    mean_time = statistics.fmean(r.end_s - arrival_s(r) for r in left)
-    measured, throughput = inside / length, len(left) / length
-    figures = {"window_s": length, "departures": len(left), "mean_in_system": measured,
-               "throughput_req_s": throughput, "mean_time_in_system_s": mean_time,
-               "longest_in_system_s": max(r.end_s - arrival_s(r) for r in cut),
-               "computed_in_system": throughput * mean_time, "agreement": throughput * mean_time / measured}
-    if users is None:
-        figures["arrival_rate_req_s"] = sum(1 for r in ended if start <= arrival_s(r) < end) / length
-    return figures
-
-
-def edge_bound(figures: dict, users: int | None) -> float:
-    """The most the window's edges can move the agreement (computed): (1 - 1/users) x W_max / window closed loop,
-    W_max / window open loop."""
-    share = 1.0 if users is None else 1 - 1 / users
-    return share * figures["longest_in_system_s"] / figures["window_s"]
-
-
-def edge_verdict(figures: dict, users: int | None, edge: float) -> dict:
-    """Steady when the edges can move the agreement by at most ``edge``; else why not, in numbers."""
-    bound = edge_bound(figures, users)
-    spans = figures["window_s"] / figures["longest_in_system_s"]
-    why = "" if bound <= edge else (f"its window, {seconds_words(figures['window_s'])}, spans {spans:.2g}x its "
-                                    f"longest request, so its edges could move the agreement by {percent_words(bound)}")
-    return {"edge_bound": bound, "steady": bound <= edge, "why": why}
 
 
 # -- the plan ------------------------------------------------------------------------------------------------------
@@ -661,290 +455,6 @@ def capacity_ratio(top: dict, base: dict) -> dict:
     return {"value": top["value"] / base["value"], "bound": bounds.get((top["bound"], base["bound"]), "unknown")}
 
 
-# -- sentences (computed from capacity.json) -----------------------------------------------------------------------
-
-def level_words(value: float, unit: str) -> str:
-    """'3 users', '1 user', '1.25 req/s'."""
-    if unit == "users":
-        return f"{value:g} user" + ("" if value == 1 else "s")
-    return f"{value:.3g} req/s"
-
-
-def times_words(ratio: float) -> str:
-    """'16x', '1.5x'."""
-    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
-
-
-def capacity_answer(data: dict) -> list[str]:
-    """The computed sentences of a capacity result: the headline, what broke each engine's target first, Little's
-    law, the repeats, early stops."""
-    lines = [headline(data), *limit_lines(data), little_line(data), repeat_line(data), *stop_lines(data)]
-    return [line for line in lines if line]
-
-
-def capacity_caption(data: dict) -> str:
-    """The sentences as the page shows them under its figure (one paragraph each), computed again from the data:
-    a capacity.json written before a sentence existed gets it too."""
-    return "\n\n".join(capacity_answer(data))
-
-
-def headline(data: dict) -> str:
-    """'Under ttft_p95 <= 2 s and tpot_p95 <= 150 ms, HF served 3 users and vLLM 48 users: 16x the capacity
-    (computed).', branching on each engine's bound."""
-    targets = " and ".join(f"{t['name']} <= {seconds_words(t['limit_s'])}" for t in data["targets"])
-    served = [served_words(name, data["capacity"][name]) for name in data["engines"]]
-    ratios = [ratio_words(key, found, data) for key, found in data.get("ratios", {}).items()]
-    tail = "; ".join(r for r in ratios if r)
-    return f"Under {targets}, {join_words(served)}" + (f": {tail}." if tail else ".")
-
-
-def join_words(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def served_words(name: str, found: dict) -> str:
-    """What one engine served, said by its bound (while the search goes: so far)."""
-    label, unit, verb = registry.label(name), found["unit"], "served" if found["unit"] == "users" else "sustained"
-    value = level_words(found["value"], unit)
-    if found["ended"] in (RUNNING, WAITING):
-        return so_far_words(label, verb, found)
-    if found["bound"] == "exact":
-        return f"{label} {verb} {value} ({level_words(found['failed_at'], unit)} missed it)"
-    if found["bound"] == "none":
-        return f"{label} {verb} none (it missed the target at {level_words(found['least'], unit)})"
-    if found["bound"] == "unknown":
-        return unknown_words(label, found)
-    if found["ended"] == "done":
-        return f"{label} {verb} at least {value} (the most probed: every level met the target)"
-    cap = f", fewer than {level_words(found['failed_at'], unit)}" if found["failed_at"] is not None else ""
-    return f"{label} {verb} at least {value}{cap} (its search stopped early: {found['ended']})"
-
-
-def unknown_words(label: str, found: dict) -> str:
-    """An engine whose search ended with no level that met the target and none that missed it: not measured."""
-    if found["ended"] == "not run":
-        return f"{label} was not probed (the run ended before its turn)"
-    if not found.get("levels"):
-        return f"{label} was not measured (its search ended, {found['ended']}, before its first probe finished)"
-    lowest = level_words(min(level["level"] for level in found["levels"]), found["unit"])
-    return (f"{label} missed the target at every level probed, down to {lowest}, and its search ended "
-            f"({found['ended']}) before one met it: below {lowest}, if any")
-
-
-def so_far_words(label: str, verb: str, found: dict) -> str:
-    """An engine whose search goes on (or has not begun): what its levels show so far."""
-    if found["ended"] == WAITING:
-        return f"{label} waits its turn"
-    missed = f"; {level_words(found['failed_at'], found['unit'])} missed it" if found["failed_at"] is not None else ""
-    if found["value"]:
-        return f"{label} {verb} {level_words(found['value'], found['unit'])} so far (its search goes on{missed})"
-    return f"{label}'s search goes on (no level met the target yet{missed})"
-
-
-def ratio_words(key: str, found: dict, data: dict) -> str:
-    """One capacity ratio, said by its bound ('' where it says nothing)."""
-    top, base = key.split("/", 1)
-    caps = data["capacity"]
-    if found["value"] is None:
-        return _none_words(registry.label(top), registry.label(base), caps[top], caps[base])
-    value, bound = found["value"], found["bound"]
-    if bound == "exact":
-        return "the same capacity" if value == 1 else f"{times_words(value)} the capacity (computed)"
-    if bound in ("at_least", "at_most"):
-        return f"{bound.replace('_', ' ')} {times_words(value)} the capacity (computed from a bound)"
-    return ""
-
-
-def _none_words(top: str, base: str, top_cap: dict, base_cap: dict) -> str:
-    if top_cap["value"] and base_cap["bound"] == "none":
-        return f"{top} met the target where {base} met it at no level"
-    if base_cap["value"] and top_cap["bound"] == "none":
-        return f"{base} met the target where {top} met it at no level"
-    return "neither met it" if top_cap["bound"] == base_cap["bound"] == "none" else ""
-
-
-def little_line(data: dict) -> str:
-    """Little's law over the probes: how many were steady (judged), how many of those agreed within AGREE, why any
-    steady one disagreed and why the others were not steady (computed from each probe's ``little``)."""
-    probes = [p for p in data["probes"] if p.get("little")]
-    if not probes:
-        return ""
-    if any("edge_limit" not in p["little"] for p in probes):
-        return old_little_line(data)
-    steady = [p for p in probes if p["little"]["steady"]]
-    agreed = [p for p in steady if p["little"]["agreed"]]
-    parts = [f"Little's law (L = throughput x mean time in system, computed, against the measured time-average "
-             f"number in the system, over each probe's steady window): {len(steady)} of {len(probes)} probes were "
-             f"steady (their windows' edges could move the agreement by at most {STEADY_EDGE:.0%})",
-             agreed_words(agreed, steady)]
-    parts += [disagreed_words(p, data) for p in steady if not p["little"]["agreed"]]
-    parts.append(short_words([p for p in probes if not p["little"]["steady"] and "edge_bound" in p["little"]], data))
-    parts += [f"{probe_words(p, data)} was not judged ({p['little']['why']})" for p in probes
-              if not p["little"]["steady"] and "edge_bound" not in p["little"]]
-    return "; ".join(part for part in parts if part) + "."
-
-
-def short_words(probes: list[dict], data: dict) -> str:
-    """The probes whose windows were too short to judge: which, how many times their longest request their windows
-    span, and how far their edges could move the agreement (ranges over them)."""
-    if not probes:
-        return ""
-    spans = [p["little"]["window_s"] / p["little"]["longest_in_system_s"] for p in probes]
-    bounds = [p["little"]["edge_bound"] for p in probes]
-    many = len(probes) > 1
-    return (f"{len(probes)} {'were' if many else 'was'} not steady ({engine_levels_words(probes, data)}): "
-            f"{'their windows span' if many else 'its window spans'} {span_range(spans, '.2g', 'x')} "
-            f"{'their' if many else 'its'} longest request, so {'their' if many else 'its'} edges could move the "
-            f"agreement by {span_range([100 * b for b in bounds], '.3g', '%')}")
-
-
-def percent_words(share: float) -> str:
-    """0.104 -> '10.4%' (three figures: a bound just past 10% does not read as 10%)."""
-    return f"{100 * share:.3g}%"
-
-
-def span_range(values: list[float], spec: str, unit: str) -> str:
-    """'1.1-3.9x', or '2.2x' for one value (or equal ones)."""
-    low, high = format(min(values), spec), format(max(values), spec)
-    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
-
-
-def engine_levels_words(probes: list[dict], data: dict) -> str:
-    """'HF at 2 users and vLLM at 4, 8 and 6 users': each engine's levels in the order probed, once each."""
-    parts = []
-    for name in dict.fromkeys(p["engine"] for p in probes):
-        levels = list(dict.fromkeys(p["level"] for p in probes if p["engine"] == name))
-        numbers = [level_words(v, data["unit"]).split(" ", 1) for v in levels]
-        unit = numbers[-1][1] if len(numbers) == 1 else data["unit"]  # '1 user', '2 and 4 users'
-        parts.append(f"{registry.label(name)} at {join_words([n for n, _ in numbers])} {unit}")
-    return join_words(parts)
-
-
-def probe_words(probe: dict, data: dict) -> str:
-    """'HF at 8 users' (', second run' for a repeat)."""
-    again = ", second run" if probe["repeat"] else ""
-    return f"{registry.label(probe['engine'])} at {level_words(probe['level'], data['unit'])}{again}"
-
-
-def agreed_words(agreed: list[dict], steady: list[dict]) -> str:
-    """How many steady probes agreed within AGREE, with the range of their agreement."""
-    if not steady:
-        return ""
-    values = [p["little"]["agreement"] for p in agreed]
-    low, high = (f"{v:.2f}" for v in (min(values, default=0), max(values, default=0)))
-    spread = "" if not values else f" (computed / measured {low}" + ("" if low == high else f"-{high}") + ")"
-    share = "all of them" if len(agreed) == len(steady) else f"{len(agreed)} of them"
-    return f"{share} agreed within {AGREE:.0%}{spread}"
-
-
-def disagreed_words(probe: dict, data: dict) -> str:
-    """A steady probe that disagreed: its agreement, the most its edges explain, and what the rest is."""
-    little = probe["little"]
-    head = (f"{probe_words(probe, data)} disagreed: computed / measured {little['agreement']:.2f}, of which its "
-            f"edges explain at most {percent_words(little['edge_bound'])}")
-    if little["users"] and little["mean_in_system"] < little["users"] * (1 - AGREE):
-        return (f"{head}; it held {little['mean_in_system']:.2g} requests in the system on average for "
-                f"{little['users']} users (think time or the client kept users out of it)")
-    if little.get("arrival_rate_req_s") and little["throughput_req_s"] < little["arrival_rate_req_s"] * (1 - AGREE):
-        return (f"{head}; it finished {little['throughput_req_s']:.3g} req/s of {little['arrival_rate_req_s']:.3g} "
-                f"arriving (measured): it fell behind the schedule, and more requests were in flight at the "
-                f"window's end than on average")
-    return head
-
-
-def old_little_line(data: dict) -> str:
-    """A search stored before the steady window: its check compared the computed L with the users set (closed
-    loop) and called a probe steady when they agreed."""
-    checked = [p for p in data["probes"] if (p.get("little") or {}).get("agreement") is not None]
-    if not checked:
-        return ""
-    steady = sum(1 for p in checked if p["little"]["steady"])
-    against = "the users set" if data["mode"] == "users" else "the measured mean number in the system"
-    return (f"Little's law (stored before the steady-window rule; computed L against {against}) agreed within "
-            f"{AGREE:.0%} in {steady} of {len(checked)} probes, over windows from each probe's first arrival to "
-            f"its last end.")
-
-
-def repeat_line(data: dict) -> str:
-    """How many levels sat near a limit and were run twice."""
-    repeated = [p for p in data["probes"] if p["repeat"] == 1]
-    if not repeated:
-        return ""
-    names = ", ".join(f"{registry.label(p['engine'])} at {level_words(p['level'], data['unit'])}" for p in repeated)
-    return (f"{len(repeated)} level{'s' if len(repeated) > 1 else ''} sat within {NEAR:.0%} of a limit and ran "
-            f"twice ({names}); each was decided on the mean of its two runs' percentiles.")
-
-
-def stop_lines(data: dict) -> list[str]:
-    """An engine whose search stopped early: its capacity is a lower bound."""
-    return [f"{registry.label(name)}'s search ended early ({found['ended']}): its capacity is a lower bound."
-            for name, found in data["capacity"].items() if found["ended"] not in ("done", "not run", RUNNING, WAITING)
-            and found["bound"] == "at_least"]
-
-
-def limit_lines(data: dict) -> list[str]:
-    """Per engine, which target broke first (at the lowest level that missed it) or, where no level missed, which
-    came nearest its limit: from the probes' measured percentiles."""
-    return [line for name in data["engines"] if (line := limit_line(name, data))]
-
-
-def limit_line(name: str, data: dict) -> str:
-    """One engine's: what broke its target first, or what came nearest ('' before its first probe)."""
-    runs = [p for p in data["probes"] if p["engine"] == name]
-    failed_at = data["capacity"][name]["failed_at"]
-    if not runs:
-        return ""
-    if failed_at is None:
-        return nearest_words(name, runs, data)
-    return broke_words(name, [p for p in runs if p["level"] == failed_at], data)
-
-
-def target_label(target: dict) -> str:
-    """'TTFT p95'."""
-    return f"{target['metric'].upper()} p{target['percentile']:g}"
-
-
-def level_values(runs: list[dict]) -> dict[str, float | None]:
-    """A level's target values as its verdict read them: one run's, or the mean of its two (None where one has
-    none)."""
-    if len(runs) == 1:
-        return runs[0]["values"]
-    return {k: None if v is None or runs[1]["values"].get(k) is None else (v + runs[1]["values"][k]) / 2
-            for k, v in runs[0]["values"].items()}
-
-
-def broke_words(name: str, runs: list[dict], data: dict) -> str:
-    """'HF broke the target first on TTFT p95 (5.13 s against 2 s) at 2 users, while TPOT p95 held (42.3 ms,
-    within 100 ms); measured.'"""
-    values = level_values(runs)
-    broke, held = [], []
-    for t in data["targets"]:
-        value = values.get(t["name"])
-        if value is None:
-            broke.append(f"{target_label(t)} (no value: its rank fell among failed requests)")
-        elif value > t["limit_s"]:
-            broke.append(f"{target_label(t)} ({seconds_words(value)} against {seconds_words(t['limit_s'])})")
-        else:
-            held.append(f"{target_label(t)} ({seconds_words(value)}, within {seconds_words(t['limit_s'])})")
-    both = ", the mean of its two runs there" if len(runs) > 1 else ""
-    kept = f", while {join_words(held)} held" if held else ""
-    return (f"{registry.label(name)} broke the target first on {join_words(broke)} at "
-            f"{level_words(runs[0]['level'], data['unit'])}{kept} (measured{both}).")
-
-
-def nearest_words(name: str, runs: list[dict], data: dict) -> str:
-    """An engine that missed at no level probed: the target that came nearest its limit, and where."""
-    shares = [(p["values"][t["name"]] / t["limit_s"], p, t) for p in runs for t in data["targets"]
-              if p["values"].get(t["name"]) is not None]
-    if not shares:
-        return ""
-    share, probe, t = max(shares, key=lambda found: found[0])
-    return (f"{registry.label(name)} missed the target at no level probed; nearest its limit came "
-            f"{target_label(t)}: {seconds_words(probe['values'][t['name']])} at "
-            f"{level_words(probe['level'], data['unit'])}, {share:.0%} of its {seconds_words(t['limit_s'])} "
-            f"(measured; the share computed).")
-
-
 def probe_line(name: str, probe: ProbeResult, plan: CapacityPlan) -> str:
     """One progress line: 'capacity: vllm probe 4 users (20 requests): p95 TTFT 410 ms (target 2 s) ... met'."""
     parts = [f"{t.metric.upper() if t.metric != 'e2e' else 'E2E'} p{t.percentile:g} "
@@ -975,7 +485,7 @@ def _nothing(*args) -> None:
 @dataclass(frozen=True)
 class Hooks:
     """How a caller watches a search: ``update`` with the result after every probe and at the end (the CLI writes
-    capacity.json and stores it; the page's experiment refreshes its fields), ``probe`` with each finished run (the
+    capacity.json and stores it; the page's host stores it and redraws), ``probe`` with each finished run (the
     CLI's progress lines), ``step`` with the result when a step begins (engine start, warm-up, a probe: its
     ``message`` is the page's progress line)."""
 
@@ -994,7 +504,7 @@ async def run_capacity(session, plan: CapacityPlan, result: CapacityResult | Non
                        on_probe: Callable[[str, ProbeResult], None] | None = None,
                        on_step: Callable[[CapacityResult], None] | None = None) -> CapacityResult:
     """Start the session's engines (if not started), then search each engine in turn; never loses a probe. The one
-    runner of a capacity search: ``python -m lab capacity`` and the page's experiment (capacity_search) call it.
+    runner of a capacity search: ``TASK`` runs it for ``python -m lab capacity`` and the page's Capacity tab.
 
     Args:
         session: A LabSession holding the plan's engines (started here if it is not).
@@ -1105,7 +615,7 @@ async def measure_probe(session, plan: CapacityPlan, result: CapacityResult, nam
     run_plan = RunPlan(engines=(name,), load=probe_load(plan, level), engine=session.config)
     hooks.say(result, f"{name}: probe {level_words(level, plan.unit)}" + (" (second run)" if repeat else ""))
     try:
-        done = await run_level(run_plan, engine, session.tokenizer, run_plan.load.users[0], result.run, (), repeat)
+        done = await run_level(run_plan, engine, session.tokenizer, run_plan.load.users[0], result.run, nothing, repeat)
     except asyncio.CancelledError:
         await abort(engine)
         raise
@@ -1246,3 +756,10 @@ def format_capacity(data: dict) -> str:
 
 def _cell(value) -> str:
     return "-" if value is None else str(value)
+
+
+TASK = TaskSpec(kind="capacity", plan=CapacityPlan, new=new_capacity,
+                check=lambda plan, config, session: session and session_engines(session, plan.engines),  # loaded?
+                run=lambda session, plan, result, notify: run_capacity(session, plan, result, notify, on_step=notify),
+                write=write_capacity, engines=lambda plan, config: plan.engines,
+                started=lambda result: f"Capacity search ({result.id}) started.", write_live=True, starts_session=True)

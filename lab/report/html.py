@@ -1,5 +1,5 @@
 """The HTML a report is made of, without plotly: values rounded for a reader, tables, and computed prose as
-paragraphs and real lists (lab.plots_report puts them together, one page per kind of result).
+paragraphs and real lists (lab.plots.report puts them together, one page per kind of result).
 
 Every value a report prints passes through ``cell``: floats to 3 significant figures (whole numbers from 100 up),
 bytes in KiB/MiB/GiB, yes/no, and "—" for a value that is missing or not a number, so no page shows raw JSON,

@@ -11,17 +11,19 @@ against HF's (07). Over a level the two, with the busy fraction, multiply to the
 
 ``place(link, finding)`` frames one computed finding at its link of that chain: every notebook ends with one such
 sentence (notebooks 03, 05 and 06 call it with their own findings). Which factor made a level's lead is decided
-once, by ``lab.steps_words.larger`` (the factor farthest from 1 among those clear of their repeats' spread), and
+once, by ``lab.metrics.steps_words.larger`` (the factor farthest from 1 among those clear of their repeats' spread), and
 said once, by ``level_words``, so that notebook 01's sentence and notebook 07's cannot disagree on one run.
 """
 
 from __future__ import annotations
 
-from lab.labels import kind
-from lab.ladder import clear, largest_clear
+from lab.engines.registry import BASELINE, BATCHING
+from lab.experiments.ladder import clear, largest_clear
 from lab.metrics.steps import FACTORS
-from lab.sentences import factor_words, overlap
-from lab.steps_words import FACTOR_NAMES, by_users, larger, users_words
+from lab.metrics.steps_words import FACTOR_NAMES, larger
+from lab.sweeps.words import overlap
+from lab.words import POOLED, by_users, factor_words, gain_words, users_words
+from lab.words.labels import kind
 
 LINKS = {
     "cache": "a KV cache",
@@ -50,10 +52,11 @@ def level_words(users: int, level: dict) -> str:
     """Which factor made one level's lead, with the other two beside it (measured)."""
     big = larger(level)
     if big is None:
-        return f"at {users_words(users)} ({level['product']:.2f}x) no factor stood clear of its repeats' spread"
+        return (f"at {users_words(users)} ({level['product']:.2f}x, {POOLED}) no factor stood clear of its repeats' "
+                "spread")
     rest = ", ".join(f"{FACTOR_NAMES[f]} {level['factors'][f]['value']:.2f}x" for f in FACTORS if f != big["name"])
-    return (f"at {users_words(users)} the lead ({level['product']:.2f}x) came mostly from {WHAT[big['name']]}, "
-            f"{factor_words(big)} ({rest})")
+    return (f"at {users_words(users)} the lead ({level['product']:.2f}x, {POOLED}) came mostly from "
+            f"{WHAT[big['name']]}, {factor_words(big)} ({rest})")
 
 
 def dominant(levels: list[tuple[int, dict]]) -> str:
@@ -100,7 +103,7 @@ def _ladder_step(fields: dict) -> str:
     if big is None:
         return "no step of its ladder stood clear of its repeats' spread"
     said = f"its ladder's largest step was {big['lower']} → {big['upper']} ({big['mechanism']}), {factor_words(big)}"
-    batching = (big["lower"], big["upper"]) == ("hf", "hf-cb")
+    batching = (big["lower"], big["upper"]) == (BASELINE, BATCHING)
     if batching == ((larger(fields["steps"]) or {}).get("name") == "tokens_per_step"):
         return said + ", the same way the factors point"
     return said + _rows_words(fields["steps"]) if batching else said + (
@@ -188,8 +191,6 @@ def concurrency_story(decode: dict, users: int, capacity: dict | None = None) ->
     """Notebook 03: what more requests at once bought vLLM's decode-bound tok/s (the phases gain from 1 user to
     ``users``, measured, judged on its repeats' spread) and, from its capacity search (capacity.json), in users
     served under the target (computed)."""
-    from lab.sentences import gain_words
-
     vllm = decode["vllm"]
     spread = vllm.get("gain_spread")
     said = f"from 1 to {users_words(users)} vLLM's decode-bound tok/s {gain_words(vllm['gain'], spread)} (measured)"
@@ -207,7 +208,7 @@ def _capacity_words(data: dict | None) -> str:
     ratio = ((data or {}).get("ratios") or {}).get("vllm/hf") or {}
     if ratio.get("value") is None:
         return ""
-    from lab.capacity import seconds_words
+    from lab.capacity.targets import seconds_words
 
     bound = "at least " if ratio["bound"] == "at_least" else "at most " if ratio["bound"] == "at_most" else ""
     targets = " and ".join(f"{t['name']} <= {seconds_words(t['limit_s'])}" for t in data["targets"])
@@ -261,5 +262,9 @@ def _small_pool_words(fields: dict) -> str:
         said = f"a pool of {small['kv_blocks']} blocks still held every request at once here (none waited)"
     if not normal["output_tok_s"]:
         return said + ", and the normal pool made no tokens to compare it with"
-    return (f"{said} and made {small['output_tok_s'] / normal['output_tok_s']:.2f}x the normal pool's tok/s "
-            f"(measured, one run each)")
+    said += (f" and made {small['output_tok_s'] / normal['output_tok_s']:.2f}x the normal pool's tok/s "
+             f"(measured, one run each)")
+    if normal.get("preemptions"):  # the load filled the normal pool too: preemption is not the small pool's alone
+        said += (f", though the normal pool of {normal['kv_blocks']} blocks preempted too "
+                 f"({normal['preemptions']} times)")
+    return said

@@ -8,7 +8,8 @@ graphs). The order follows what a request meets first: how requests are batched,
 them, then whose code and kernels run a step, then what each step costs the CPU. Three side rungs are compared
 with one chain rung each, outside the product: hf-compiled (HF's own fix for step overhead, against hf),
 vllm-engine (vLLM's step loop, against the served vllm) and offline (LLM.generate's loop over LLMEngine, against
-vllm). Each rung names the `vllm serve` flags that make it.
+vllm). Each rung names the `vllm serve` flags that make it. Each engine declares its own rungs in its registry entry
+(``EngineSpec.rungs``, lab/engines/registry.py); this module reads them there at each use.
 
 A factor is the geometric mean, over the repeats, of the upper rung's tok/s over the lower's in the same
 repeat (the rungs are interleaved, so a repeat pairs runs made minutes apart at most). The total (vllm over hf)
@@ -22,60 +23,23 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-CHAIN = ("hf", "hf-cb", "vllm-hf-code", "vllm-eager", "vllm-compiled", "vllm")
-SIDES = {"hf-compiled": "hf", "vllm-engine": "vllm", "offline": "vllm"}  # side rung -> the chain rung it is set against
+from lab.engines import registry
+from lab.engines.registry import BASELINE, RATIO_TOP, Rung
 
 
-@dataclass(frozen=True)
-class Rung:
-    """One rung: the engine that runs it, what it is, and the mechanism it adds to the rung below.
-
-    Attributes:
-        name: The rung's name (explain.json, --rungs, the plot).
-        engine: The lab engine that runs it; 'offline' is vLLM's LLM class, outside the lab's engines.
-        label: What runs, in a few words.
-        mechanism: What changes from the rung it is set against (empty for the baseline).
-        overrides: EngineConfig fields this rung sets.
-        cuda_only: The mechanism exists on CUDA only (on a CPU the rung is skipped, its mechanism absent).
-        flags: The `vllm serve` flags that make this rung (vLLM rungs), or what sets it elsewhere.
-    """
-
-    name: str
-    engine: str
-    label: str
-    mechanism: str
-    overrides: tuple[tuple[str, object], ...] = ()
-    cuda_only: bool = False
-    flags: str = ""
+def chain() -> dict[str, Rung]:
+    """The chain rungs (set against none), in ladder order."""
+    return {n: r for n, r in registry.rungs().items() if not r.against}
 
 
-RUNGS = {r.name: r for r in (
-    Rung("hf", "hf", "HF generate(), static batches, eager", "", flags="transformers' generate() (the lab's hf)"),
-    Rung("hf-compiled", "hf", "HF generate(), static cache + torch.compile",
-         "per-step overhead, HF's own fix (static KV cache + torch.compile with CUDA graphs)",
-         (("hf_compile", True),), cuda_only=True,
-         flags="generate() with a StaticCache and torch.compile (--hf-compile)"),
-    Rung("hf-cb", "hf-cb", "HF continuous batching, paged KV (no CUDA graphs)",
-         "continuous batching + paged KV (transformers' code)", (("hf_cb_cuda_graphs", False),),
-         flags="transformers' generate_batch (continuous batching)"),
-    Rung("vllm-hf-code", "vllm", "vLLM's engine running transformers' model code, eager",
-         "vLLM's engine (its scheduler, block manager and batching loop, on transformers' model code)",
-         (("model_impl", "transformers"), ("enforce_eager", True)), flags="--model-impl transformers --enforce-eager"),
-    Rung("vllm-eager", "vllm", "vLLM, its own model code, eager (no compile, no CUDA graphs)",
-         "vLLM's model code and kernels", (("enforce_eager", True),), cuda_only=True, flags="--enforce-eager"),
-    Rung("vllm-compiled", "vllm", "vLLM, torch.compile without CUDA graphs", "torch.compile (vLLM's compilation)",
-         (("enforce_eager", False), ("cuda_graphs", False)), cuda_only=True,
-         flags="-O '{\"cudagraph_mode\": \"NONE\"}'"),
-    Rung("vllm", "vllm", "vLLM served (AsyncLLM), device default", "per-step overhead (CUDA graphs)",
-         (("enforce_eager", None),), flags="(vllm serve's defaults for the device)"),
-    Rung("vllm-engine", "vllm-engine", "vLLM step loop (LLMEngine.step)",
-         "front end: the step loop instead of AsyncLLM", (("enforce_eager", None),),
-         flags="LLMEngine.step() in a loop"),
-    Rung("offline", "offline", "vLLM offline (LLM.generate's loop), as many at once as users",
-         "front end: LLM.generate, no users, no streaming", (("enforce_eager", None),), flags="LLM.generate()"),
-)}
-CPU_ABSENT = {"vllm": "on a CPU there are no CUDA graphs to add",  # mechanisms a CPU lacks
-              "vllm-compiled": "on a CPU the lab runs vLLM eager (its compiled CPU path gave wrong text)"}
+def sides() -> dict[str, str]:
+    """Side rung -> the chain rung it is set against."""
+    return {n: r.against for n, r in registry.rungs().items() if r.against}
+
+
+RUNGS, CHAIN, SIDES = registry.View(registry.rungs), registry.View(chain), registry.View(sides)  # read at each use
+
+
 METHOD = ("Rungs form a chain, each adding one mechanism to the rung before, in the order a request meets them: "
           "how requests are batched (hf -> hf-cb), whose engine schedules them (hf-cb -> vllm-hf-code: vLLM's engine "
           "on transformers' model code), whose model code and kernels run a step (-> vllm-eager), what a step costs "
@@ -94,9 +58,10 @@ def check_rungs(names) -> tuple[str, ...]:
         raise ValueError(f"unknown rung {unknown[0]!r}; choose from {', '.join(RUNGS)}")
     if not names:
         raise ValueError(f"rungs: choose at least hf and vllm from {', '.join(RUNGS)}")
-    missing = [n for n in ("hf", "vllm") if n not in names]
+    missing = [n for n in (BASELINE, RATIO_TOP) if n not in names]
     if missing:
-        raise ValueError(f"rungs: {missing[0]} is needed (the ratio runs from hf to vllm); got {', '.join(names)}")
+        raise ValueError(f"rungs: {missing[0]} is needed (the ratio runs from {BASELINE} to {RATIO_TOP}); got "
+                         f"{', '.join(names)}")
     return tuple(n for n in RUNGS if n in names)
 
 
@@ -105,10 +70,7 @@ def skip_reason(name: str, device: str, asked: tuple[str, ...]) -> str | None:
     if name not in asked:
         return "not asked for (--rungs)"
     if RUNGS[name].cuda_only and device != "cuda":
-        return {"hf-compiled": "torch.compile's CUDA graphs need CUDA; on a CPU HF stays eager",
-                "vllm-eager": "on a CPU the lab runs vLLM eager (its compiled CPU path gave wrong text): this rung "
-                              "would be the vllm rung",
-                "vllm-compiled": CPU_ABSENT["vllm-compiled"]}[name]
+        return RUNGS[name].cuda_only
     return None
 
 
@@ -143,8 +105,9 @@ def paired(tok_s: dict[str, list[float | None]], lower: str, upper: str) -> list
 
 def step_mechanism(lower: str, upper: str, device: str) -> str:
     """What a chain step spans: the upper rung's mechanism and those of skipped rungs between (less the absent)."""
-    names = CHAIN[CHAIN.index(lower) + 1: CHAIN.index(upper) + 1]
-    parts = [RUNGS[n].mechanism for n in names if not (device != "cuda" and n in CPU_ABSENT)]
+    order = list(CHAIN)
+    names = order[order.index(lower) + 1: order.index(upper) + 1]
+    parts = [RUNGS[n].mechanism for n in names if not (device != "cuda" and RUNGS[n].cpu_absent)]
     return " + ".join(parts) or RUNGS[upper].mechanism
 
 
@@ -170,7 +133,7 @@ def decompose(tok_s: dict[str, list[float | None]], device: str) -> dict:
     ran = [n for n in CHAIN if any(tok_s.get(n, []))]
     steps = [factor(tok_s, lo, up, step_mechanism(lo, up, device), True) for lo, up in zip(ran, ran[1:], strict=False)]
     sides = [factor(tok_s, base, side, RUNGS[side].mechanism, False) for side, base in SIDES.items()]
-    total = factor(tok_s, "hf", "vllm", "everything vLLM adds to HF's baseline", False)
+    total = factor(tok_s, BASELINE, RATIO_TOP, "everything vLLM adds to HF's baseline", False)
     steps = [s for s in steps if s is not None]
     return {"total": total.to_dict() if total else None, "factors": [s.to_dict() for s in steps],
             "sides": [s.to_dict() for s in sides if s is not None],

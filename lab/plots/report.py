@@ -4,10 +4,10 @@ sweep or a capacity search, each page picked by the result's kind (``PAGES``).
 A run's page holds its facts, computed sentences, the room's predictions (where the run kept some), figures, the
 factors of its ratio, the latency table, the spread over repeats, the agreement check, engine args, device and
 versions, from its summary.json and requests.csv alone; an experiment's, the figure the KV cache or Why tab draws
-for it (lab.plots_kv, whose ``experiment_figure`` draws the ladder too), its sentences, fields (a ladder: its factors
-and rungs), parameters, engine args, device and versions; a sweep's, the Sweeps tab's figure (lab.plots_sweep), its
+for it (lab.plots.kv, whose ``experiment_figure`` draws the ladder too), its sentences, fields (a ladder: its factors
+and rungs), parameters, engine args, device and versions; a sweep's, the Sweeps tab's figure (lab.plots.sweep), its
 sentences, points and load; a capacity search's, its sentences, figure and probes. Values are tables rounded for a
-reader (lab.report_html); a figure or panel with nothing to draw is left out. Plotly's JavaScript is written into
+reader (lab.report.html); a figure or panel with nothing to draw is left out. Plotly's JavaScript is written into
 the page once, before its first figure (no CDN), so the file opens in a browser with no network; a long line keeps
 MAX_POINTS points (peaks kept, as on the live page), so a page stays under 5 MB. The figures over time of a run need
 the engines' samples, which a stored run does not keep, and are left out.
@@ -25,7 +25,11 @@ from plotly.offline import get_plotlyjs
 
 from lab.engines.registry import label
 from lab.experiments import EXPERIMENTS, stored_fields
+from lab.experiments.answers import experiment_answer
 from lab.metrics import Spread, ratio_pairs, ratio_spreads, tok_s_spreads
+from lab.metrics.levels_words import ratio_caption
+from lab.metrics.steps_words import FACTORS_TITLE, factors_lines, factors_rows
+from lab.metrics.turns_words import chat_answer
 from lab.plots import (
     _layout,
     has_points,
@@ -36,13 +40,13 @@ from lab.plots import (
     trace_has_points,
     turn_ttft_figure,
 )
-from lab.plots_capacity import capacity_figure
-from lab.plots_kv import experiment_figure
-from lab.plots_predict import room_figure
-from lab.plots_sweep import sweep_figure
-from lab.plots_why import factors_table
+from lab.plots.capacity import capacity_figure
+from lab.plots.kv import experiment_figure
+from lab.plots.predict import room_figure
+from lab.plots.sweep import sweep_figure
+from lab.plots.why import factors_table
 from lab.predictions import RATIO, room_sentence, step_counts, times
-from lab.report_html import (
+from lab.report.html import (
     NOT_SET,
     Code,
     bullets,
@@ -57,8 +61,8 @@ from lab.report_html import (
     table,
     when,
 )
-from lab.sentences import chat_answer, experiment_answer, ratio_caption, sweep_answer
-from lab.steps_words import FACTORS_TITLE, factors_lines, factors_rows, users_words
+from lab.sweeps.words import sweep_answer
+from lab.words import users_words
 
 FIGURE = "<div class='fig'>"
 FLAGS = "what makes the upper rung"  # the factors table's column of command-line flags, shown as code
@@ -91,7 +95,7 @@ def experiment_html(data: dict, requests: pd.DataFrame | None = None) -> str:
     search run from the page gets the CLI's capacity page)."""
     name, fields = data["experiment"], stored_fields(data)
     if name == "capacity_search":
-        from lab.experiments.capacity_search import as_capacity
+        from lab.capacity.stored import as_capacity
 
         return capacity_html(as_capacity(data), requests)
     drawn = experiment_figure(SimpleNamespace(experiment=name, fields=fields, series=data.get("series") or {}))
@@ -206,7 +210,8 @@ def engine_args_html(data: dict) -> str:
 
 # -- a run's sections -------------------------------------------------------------------------------------------
 def factors_html(summary: dict) -> str:
-    """Why the ratio, level by level: the factors' table and sentences (lab.steps_words), where the run has them."""
+    """Why the ratio, level by level: the factors' table and sentences (lab.metrics.steps_words), where the run has
+    them."""
     rows = factors_rows(summary.get("factors") or {})
     if not rows:
         return ""

@@ -1,5 +1,5 @@
-"""The capacity search's figure and probe table (a capacity.json dict: the CLI's, a stored one, or the page's live
-experiment as lab.experiments.capacity_search.live_view reads it).
+"""The capacity search's figure and probe table (a capacity.json dict: a stored one, or a live search's
+CapacityResult.to_dict()).
 
 One panel per target: each engine's measured percentile at every level probed (a circle where the level met the
 target, a cross where it missed; a level run twice shows both runs), the target's limit dashed, and each engine's
@@ -13,7 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.capacity import level_words, probe_rows, seconds_words, target_label
+from lab.capacity import level_words, probe_rows
+from lab.capacity.targets import seconds_words
+from lab.capacity.words import target_label
 from lab.engines import registry
 from lab.plots import ENGINE_COLORS, _layout, empty_figure
 

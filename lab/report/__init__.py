@@ -3,7 +3,7 @@
 A run, an experiment (the why ladder is one), a sweep or a capacity search. A folder is read as the CLI wrote it
 (``FOLDER_FILES``: bench's summary.json and requests.csv, experiment's experiment.json, explain's explain.json,
 sweep's sweep.json, capacity's capacity.json); anything else is an id in the lab's database, of any kind.
-lab.plots_report draws the page its kind has (lab.report_html its tables and prose).
+lab.plots.report draws the page its kind has (lab.report.html its tables and prose).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def read_requests(path: Path) -> pd.DataFrame:
 
 def write_report(source: str, out: str | Path, db_path: str | Path | None = None) -> Path:
     """Write the report of a run, experiment, sweep or capacity search to ``out``; returns its path."""
-    from lab.plots_report import report_page
+    from lab.plots.report import report_page
 
     kind, data, requests = result_files(source, db_path)
     text = report_page(kind, data, requests)

@@ -18,8 +18,8 @@ from lab.plots import ENGINE_COLORS, LOOK, MIB
 PANELS = ("output tok/s", "TTFT / TPOT p50 (ms)", "KV cache", "engine restart (s)")
 DASHES = ("solid", "dash", "dot", "dashdot")
 EMPTY_SWEEP = "Each value's tok/s, latencies, KV cache and restart time appear here as it finishes."
-COLORS = {**ENGINE_COLORS, "ttft": "#3d5a80", "tpot": "#ee6c4d", "used": "#17bebb", "total": "#2e282a",
-          "restart": "#8f3985"}
+COLORS = registry.View(lambda: {**ENGINE_COLORS, "ttft": "#3d5a80", "tpot": "#ee6c4d", "used": "#17bebb",
+                                 "total": "#2e282a", "restart": "#8f3985"})  # engines' colours read at each use
 
 
 def user_levels(points: list[dict]) -> list[int]:

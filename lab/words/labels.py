@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from lab.engines.registry import spec
+
 ORIGINS = {
     "engine": "measured",  # an engine reported it (or a ratio of figures engines reported)
     "formula": "computed",  # a formula over the model's config or chosen sizes (bytes per token, blocks for N)
     "shape": "computed",  # counted from a batch's shape (HF's KV slots: padded rows x steps)
     "arithmetic": "computed",  # arithmetic on numbers chosen in advance (a plan, a what-if)
 }
+KV_ORIGINS = {"batch": "shape", "allocator": "engine", "metrics": "engine"}  # an engine's kv_source -> origin
+STATIC = "-static"  # a row of HF with a static cache (the waste experiment): its engine's figures, shown apart
 HF_KV = ("peak_reserved_bytes", "peak_real_bytes", "waste_at_peak")  # HF's KV, counted from its batch's shape
 COMPUTED = {  # experiment (or "sweep", "run") -> its fields that are computed ("*": all of them)
     "cache": {"bytes_per_token", "formula", "query_heads", "kv_heads", "pool_bytes", "pool_tokens_computed"},
@@ -47,9 +51,9 @@ def label(origin: str) -> str:
 
 
 def kv_origin(engine: str) -> str:
-    """Where an engine's KV figures come from: vLLM reports its used blocks; HF's (with or without a static cache)
-    are counted from its batch's shape."""
-    return "engine" if engine.startswith("vllm") else "shape"
+    """Where an engine's KV figures come from, read from its registry entry's ``kv_source``: vLLM reports its used
+    blocks; HF's (with or without a static cache) are counted from its batch's shape."""
+    return KV_ORIGINS[spec(engine.removesuffix(STATIC)).kv_source]
 
 
 def computed_field(where: str, key: str) -> bool:

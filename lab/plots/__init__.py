@@ -13,8 +13,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from lab.engines.registry import ENGINES
+from lab.engines.registry import BASELINE, ENGINES, RATIO_TOP, View
 from lab.engines.registry import label as short_label
+from lab.engines.registry import spec as engine_spec
+from lab.memory import DEMO_SIZED
 from lab.metrics import (
     TRUSTED_REQUESTS,
     Spread,
@@ -26,12 +28,10 @@ from lab.metrics import (
 from lab.metrics.kv import used_blocks
 from lab.runs import RunResult
 
-ENGINE_LABELS = {n: s.description for n, s in ENGINES.items() if s.in_process}  # a legend with several lines per engine
-
-ENGINE_COLORS = {n: s.color for n, s in ENGINES.items() if s.in_process} | {"hf-static": "#8f3985"}  # + a variant
-FRONT_END_NOTE = ("vLLM-engine minus vLLM: the per-token cost of vLLM's async front end "
-                  "(the served engine streams every token through it)")
-RATIO_COLORS = {"hf": "#4b3f72", "hf-cb": "#a5668b"}
+VARIANT_COLORS = {"hf-static": "#8f3985"}  # rows that are a setting of a registered engine (the waste experiment)
+# read from the registry at each use, so that an engine registered later is drawn in its own colour and label
+ENGINE_LABELS = View(lambda: {n: s.description for n, s in ENGINES.items() if s.in_process})  # a legend's lines
+ENGINE_COLORS = View(lambda: {n: s.color for n, s in ENGINES.items() if s.in_process} | VARIANT_COLORS)
 PATTERNS = ("", "/", ".", "x", "-", "+")  # one per compared run
 EMPTY = "nothing measured here yet"
 EMPTY_WORDS = {  # what each live figure will show, said while it has nothing to show
@@ -58,10 +58,6 @@ LOOK = go.layout.Template(layout=dict(font=dict(color="#2a3f5f"), paper_bgcolor=
                                       shapedefaults=dict(line=dict(color="#2a3f5f")),
                                       annotationdefaults=dict(arrowcolor="#2a3f5f", arrowhead=0, arrowwidth=1),
                                       title=dict(x=0.05), xaxis=_AXIS, yaxis=_AXIS))
-
-
-def _short(engine: str) -> str:
-    return short_label(engine)
 
 
 def _label(engine: str) -> str:
@@ -208,9 +204,15 @@ def tok_s_bars(summary: dict) -> go.Figure:
     fig.update_layout(barmode="group")
     _headroom(fig, [s.high for s in tok_s_spreads(summary["runs"]).values()])
     title = "Output tok/s per user level"
-    if {"vllm", "vllm-engine"} <= set(summary["engines"]):
-        title += f"<br><sup>{FRONT_END_NOTE}</sup>"
+    title += "".join(f"<br><sup>{note}</sup>" for note in contrast_notes(summary["engines"]))
     return _layout(fig, title, "concurrent users", "tok/s", EMPTY_WORDS["bars"])
+
+
+def contrast_notes(engines: Sequence[str]) -> list[str]:
+    """What the gap between two engines' bars measures, for each engine whose entry names a contrast with another
+    engine that ran beside it."""
+    contrasts = [engine_spec(n).contrast for n in engines]
+    return [words for against, words in filter(None, contrasts) if against in engines]
 
 
 def ratio_bars(summary: dict) -> go.Figure:
@@ -218,21 +220,22 @@ def ratio_bars(summary: dict) -> go.Figure:
     ratios, and a star on levels with too few requests to trust."""
     thin, tops, shown = set(thin_levels(summary["runs"])), [1.0], set()
     fig = go.Figure()
-    for key, ratio in (summary.get("ratios") or {"hf": summary.get("ratio", {})}).items():
+    for key, ratio in (summary.get("ratios") or {BASELINE: summary.get("ratio", {})}).items():
         top, base = ratio_from_key(key)
         spreads, users = ratio_spreads(summary["runs"], base, top), sorted(ratio, key=int)
         fig.add_trace(go.Bar(x=[str(u) for u in users], y=[ratio[u] for u in users],
-                             name=f"{_short(top)} / {_short(base)}", cliponaxis=False,
+                             name=f"{short_label(top)} / {short_label(base)}", cliponaxis=False,
                              error_y=_error_bars([spreads[int(u)] for u in users]) if users else None,
                              text=[f"{ratio[u]:.2f}x" + ("*" if int(u) in thin else "") for u in users],
-                             textposition="outside", marker_color=RATIO_COLORS.get(base)))
+                             textposition="outside", marker_color=engine_spec(base).ratio_color or None))
         tops += [s.high for s in spreads.values()] + list(ratio.values())
         shown |= {int(u) for u in users}
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(barmode="group")
-    pairs = [ratio_from_key(key) for key in summary.get("ratios") or {"hf": 0}]
-    top = pairs[0][0] if pairs else "vllm"
-    title = f"Improvement ratio {_short(top)} / {' and '.join(_short(b) for _, b in pairs) or 'HF'} (output tok/s)"
+    pairs = [ratio_from_key(key) for key in summary.get("ratios") or {BASELINE: 0}]
+    top = pairs[0][0] if pairs else RATIO_TOP
+    bases = " and ".join(short_label(b) for _, b in pairs) or "HF"
+    title = f"Improvement ratio {short_label(top)} / {bases} (output tok/s)"
     if thin & shown:
         title += f"<br><sup>* under {TRUSTED_REQUESTS} requests per engine: noisy; raise requests or repeats</sup>"
     _headroom(fig, tops)
@@ -265,15 +268,14 @@ def vllm_time(result: RunResult) -> tuple[list[float], list[int]]:
 
 
 def pool_title(result: RunResult) -> str:
-    """The KV plot's title: the pool's blocks, and how it was sized when the lab sized it (computed)."""
-    from lab.engines.vllm import demo_sized_blocks
-
+    """The KV plot's title: the pool's blocks, and how it was sized when the lab sized it (read back from the
+    engine args, where the memory plan's sizing is recorded)."""
     info = result.engine_info.get("vllm")
     if info is None or not info.kv_total_blocks:
         return "vLLM KV-cache blocks"
     title = f"vLLM KV-cache blocks: {info.kv_total_blocks} blocks x {info.kv_block_size} tokens"
-    sized = demo_sized_blocks(result.plan.engine)
-    return title + (" (the Workshop demo's top level on average, computed)" if sized == info.kv_total_blocks else "")
+    sized_by = (info.args.get("source") or {}).get("num_kv_blocks")
+    return title + (f" ({DEMO_SIZED})" if sized_by == DEMO_SIZED else "")
 
 
 def kv_tokens_figure(result: RunResult) -> go.Figure:
@@ -377,7 +379,7 @@ def turn_ttft_figure(summary: dict) -> go.Figure:
         hits = [f"{r['prefix_hit_rate']:.0%}" if r["prefix_hit_rate"] is not None else "" for r in rows]
         fig.add_trace(go.Scatter(
             x=[r["turn"] for r in rows], y=[r["ttft_p50_s"] * 1000 for r in rows], mode="lines+markers+text",
-            text=hits, textposition="top center", name=f"{_short(engine)}, {users} users",
+            text=hits, textposition="top center", name=f"{short_label(engine)}, {users} users",
             line=dict(color=ENGINE_COLORS.get(engine)),
             customdata=[[r["prompt_tokens_mean"], r["requests"]] for r in rows],
             hovertemplate="turn %{x}: TTFT p50 %{y:.0f} ms<br>prompt %{customdata[0]:.0f} tokens, "

@@ -1,9 +1,9 @@
 """Sweeps: one engine knob over several values, the same seeded requests at each, one engine restart each.
 
-A knob belongs to one engine (``KNOBS``); each value restarts only that engine (the other stays loaded)
-with the knob changed, times the restart, runs the load plan on it and keeps one point: tok/s, TTFT and
-TPOT p50, KV blocks (total, peak used) or HF's peak reserved KV. Every value is validated before the
-first restart. A cancelled or failed sweep keeps its finished points; at the end the engine is restarted
+A knob belongs to one engine (``KNOBS``, read from each engine's registry entry); each value restarts only that
+engine (the other stays loaded) with the knob changed, times the restart, runs the load plan on it and keeps one
+point: tok/s, TTFT and TPOT p50, KV blocks (total, peak used) or HF's peak reserved KV. Every value is validated
+before the first restart. A cancelled or failed sweep keeps its finished points; at the end the engine is restarted
 with the session's own setting, so the session serves as before.
 """
 
@@ -25,17 +25,11 @@ from lab.engines import registry
 from lab.environment import read_device, versions
 from lab.experiments import ended
 from lab.runs import RunResult
-from lab.tasks import TaskResult, supervise
+from lab.tasks import TaskResult, TaskSpec, supervise
 
 log = logging.getLogger(__name__)
 
-KNOBS = {  # knob -> the engine it changes
-    "max_num_seqs": "vllm",
-    "block_size": "vllm",
-    "kv_cache_gib": "vllm",
-    "gpu_memory_utilization": "vllm",
-    "hf_max_batch_size": "hf",
-}
+KNOBS = registry.View(registry.knobs)  # knob -> the engine it changes (each engine's registry entry lists its own)
 ENGINE_ARGS = {"kv_cache_gib": "kv_cache_memory_bytes", "hf_max_batch_size": "max_batch_size"}  # else: the knob
 MAX_VALUES = 8  # values per sweep: each one is an engine restart (~30 s on 2 cores) plus its load run
 DEFAULT_VALUES = {  # (knob, device kind) -> values; small on CPU so a sweep takes minutes, the seeds' on a GPU
@@ -233,7 +227,7 @@ async def measure_point(session, plan: SweepPlan, config: EngineConfig, result: 
     run_plan = RunPlan(engines=(plan.engine,), load=plan.load, engine=config)
     result.run = session.new_result(run_plan)
     result.message = f"{where}: measuring (the restart took {restart_s:.0f} s)"
-    run = await session.run(run_plan, (), result.run)
+    run = await session.run(run_plan, result=result.run)
     ended(run)  # a cancelled or failed run stops the sweep (its finished points are kept)
     levels = [lvl for lvl in run.levels if lvl.summary is not None]
     arg = ENGINE_ARGS.get(plan.knob, plan.knob)
@@ -280,3 +274,15 @@ def write_sweep(result: SweepResult | dict, out_dir: str | Path) -> dict[str, Pa
         writer.writeheader()
         writer.writerows(data["points"])
     return paths
+
+
+def _check(plan: SweepPlan, config: EngineConfig, session) -> None:
+    plan.check(config, session.held_bytes(plan.engine) if session else 0)
+
+
+TASK = TaskSpec(kind="sweep", plan=SweepPlan, check=_check,
+                new=new_sweep, run=run_sweep, write=write_sweep, engines=lambda plan, config: (plan.engine,),
+                started=lambda result: (f"Sweep of {result.plan.knob} ({result.id}) started: one "
+                                        f"{registry.label(result.plan.engine)} restart per value."),
+                cancelling=("Cancelling the sweep: it stops once the engine restart in progress (if any) has finished, "
+                            "keeps its finished values and restores the session's setting."))
