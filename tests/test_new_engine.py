@@ -7,14 +7,13 @@ The adapter is a stand-in that echoes one token id per step, fast: the session l
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 
 import pytest
 
 from lab.config import EngineConfig, LoadConfig, RunPlan
-from lab.engines.base import EngineInfo, EngineSample, GenRequest, RequestRejected, TokenChunk, check_fits
+from lab.engines.base import EngineInfo
+from lab.engines.fake import FakeEngine
 from lab.engines.registry import EngineSpec, Rung, register, unregister
 from lab.status import RunStatus
 
@@ -22,55 +21,17 @@ CPU = EngineConfig(device="cpu", max_model_len=512, seed=3)
 LOAD = LoadConfig(users=(1, 3), requests_per_user=2, workload="equal", output_len=8, warmup_requests=1)
 
 
-class EchoEngine:
-    """Streams ``max_tokens`` copies of one token id (its config's seed), one per event-loop turn."""
-
-    name = "echo"
+class EchoEngine(FakeEngine):
+    """An adapter as a new engine would bring one (here the fake engine's streaming, one token per event-loop turn),
+    echoing its config's seed as its one token id."""
 
     def __init__(self, config: EngineConfig, model_path: str):
+        super().__init__("echo", max_model_len=config.max_model_len, token_id=config.seed)
         self.config, self.model_path = config, model_path
-        self._running, self._samples, self.info = 0, [], None
 
     async def start(self) -> EngineInfo:
         self.info = EngineInfo(name=self.name, args={"seed": self.config.seed})
         return self.info
-
-    def check(self, request: GenRequest) -> str | None:
-        return check_fits(request, self.config.max_model_len)
-
-    async def stream(self, request: GenRequest):
-        if problem := self.check(request):
-            raise RequestRejected(problem)
-        self._running += 1
-        try:
-            for _ in range(request.max_tokens):
-                await asyncio.sleep(0)
-                self._samples.append(EngineSample(self.name, time.perf_counter(), self._running, 0))
-                yield TokenChunk(time_s=time.perf_counter(), token_ids=(self.config.seed,))
-        finally:
-            self._running -= 1
-
-    def drain_samples(self) -> list[EngineSample]:
-        taken, self._samples = self._samples, []
-        return taken
-
-    async def reset(self) -> None:
-        self._samples = []
-
-    async def abort_all(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    def alive(self) -> bool:
-        return True
-
-    def fault(self) -> str | None:
-        return None
-
-    def decode(self, token_ids: list[int]) -> str:
-        return " ".join(map(str, token_ids))
 
 
 ECHO = EngineSpec("echo", "Echo", "tests.test_new_engine:EchoEngine", "a stand-in that echoes one token id",

@@ -13,11 +13,12 @@ from lab.engines.base import EngineInfo, EngineSample, GenRequest, RequestReject
 
 
 class FakeEngine:
-    """Streams max_tokens dummy tokens, token_delay_s apart; fails a share of requests."""
+    """Streams max_tokens copies of ``token_id``, token_delay_s apart; fails a share of requests."""
 
     def __init__(self, name: str = "fake", token_delay_s: float = 0.0, error_rate: float = 0.0,
-                 max_model_len: int = 2048, seed: int = 0):
+                 max_model_len: int = 2048, seed: int = 0, token_id: int = 7):
         self.name = name
+        self.token_id = token_id
         self.token_delay_s = token_delay_s
         self.error_rate = error_rate
         self.max_model_len = max_model_len
@@ -50,7 +51,7 @@ class FakeEngine:
                 if self.token_delay_s:
                     await asyncio.sleep(self.token_delay_s)
                 self._samples.append(EngineSample(self.name, time.perf_counter(), self._running, 0))
-                yield TokenChunk(time_s=time.perf_counter(), token_ids=(7,))
+                yield TokenChunk(time_s=time.perf_counter(), token_ids=(self.token_id,))
         finally:
             self._running -= 1
 
