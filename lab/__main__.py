@@ -145,10 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="vllm: vLLM's OpenAI server (with /metrics); hf: transformers serve, continuous batching")
     serve.add_argument("--port", type=whole_arg, default=8000, help="port on 127.0.0.1 (0: any free one)")
     add_engine_args(serve)
-    report = sub.add_parser("report", help="one self-contained HTML file of a run, experiment or sweep (opens with "
-                                           "no network)")
+    report = sub.add_parser("report", help="one self-contained HTML file of a run, experiment, sweep or capacity "
+                                           "search (opens with no network)")
     report.add_argument("run", metavar="DIR_OR_ID", nargs="?",
-                        help="a folder bench, experiment, explain or sweep wrote, or a stored result's id")
+                        help="a folder bench, experiment, explain, sweep or capacity wrote, or a stored result's id")
     report.add_argument("--out", default="report.html", help="the HTML file to write")
     report.add_argument("--list", action="store_true", help="print the stored results' ids, newest first, and exit")
     env = sub.add_parser("env", help="print the device, versions and memory plan as JSON")
@@ -599,8 +599,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Write the HTML report of a run, experiment or sweep, or list the stored ids; an unknown id or folder is bad
-    input (exit 2)."""
+    """Write the HTML report of a run, experiment, sweep or capacity search, or list the stored ids; an unknown id
+    or folder is bad input (exit 2)."""
     from lab.report import stored_lines, write_report
 
     if args.list:

@@ -67,8 +67,8 @@ def _move_old_tables(conn: sqlite3.Connection) -> None:
 
 
 def save(db_path: str | Path, result: TaskResult, extra: dict | None = None) -> None:
-    """Insert or update a run, experiment or sweep (partial or final): its JSON (with ``extra``'s keys, e.g. the
-    room's ``predictions``), and a run's requests.csv."""
+    """Insert or update a run, experiment, sweep or capacity search (partial or final): its JSON (with ``extra``'s
+    keys, e.g. the room's ``predictions``), and a run's requests.csv."""
     data = result.to_dict() | (extra or {})
     row = (result.id, result.KIND, result.name(), result.started_at, result.status, result.model,
            result.device.get("name", result.device.get("kind", "?")), json.dumps(data, default=str),
@@ -179,7 +179,8 @@ def load_result(db_path: str | Path, result_id: str) -> tuple[str, dict, str | N
         row = conn.execute("select kind, result_json, requests_csv from results where id = ?",
                            (result_id,)).fetchone()
     if row is None:
-        raise KeyError(f"no such run, experiment or sweep: nothing stored as {result_id!r}")  # bound: never a path
+        # the id is bound as a parameter, never a path
+        raise KeyError(f"no such run, experiment, sweep or capacity search: nothing stored as {result_id!r}")
     return row[0], json.loads(row[1]), row[2]
 
 

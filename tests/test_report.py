@@ -77,7 +77,8 @@ def test_an_unknown_id_is_bad_input_and_says_how_to_list_the_ids(tmp_path, capsy
     monkeypatch.setenv("KVLAB_CACHE", str(tmp_path))
     assert main(["report", "no-such-run", "--out", str(tmp_path / "r.html")]) == 2
     said = capsys.readouterr().err
-    assert "no such run, experiment or sweep: nothing stored as 'no-such-run'" in said and "report --list" in said
+    assert "no such run, experiment, sweep or capacity search: nothing stored as 'no-such-run'" in said
+    assert "report --list" in said
     assert not (tmp_path / "r.html").exists()
     assert main(["report", "--out", str(tmp_path / "r.html")]) == 2 and "--list" in capsys.readouterr().err
 
