@@ -448,7 +448,6 @@ class RunPlan:
                 f"{max(1, limit - prompt)} or a larger max_model_len"
             )
 
-
     def check_chat_lengths(self) -> None:
         """A chat conversation ends where its next turn would not fit max_model_len, so only its first turn must:
         the shortest first message with the shortest (or the forced) reply."""

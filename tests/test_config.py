@@ -68,7 +68,6 @@ def test_memory_plan_fraction_is_of_total_not_free():
     assert plan.shares == {"vllm": 40 * GIB, "hf": 16 * GIB}
 
 
-
 def test_the_memory_plan_holds_the_pool_vllm_is_given_on_cuda_not_its_whole_share():
     from lab.engines.vllm import engine_kwargs
 

@@ -86,7 +86,6 @@ def test_the_host_cuts_while_a_run_goes_and_once_its_version_moved():
     assert (version, running) == (8, False) and pickle.loads(parts)["sweep"].message == sweep.message
 
 
-
 def test_a_capacity_searchs_probes_cross_as_its_run_does_not_whole_at_every_sync():
     """A search keeps each probe's level (every request) in its own list and in its run: the run crosses cut, the
     list not at all (pickled whole four times a second, it would take the engines' loop's time); the mirror's list
@@ -101,6 +100,7 @@ def test_a_capacity_searchs_probes_cross_as_its_run_does_not_whole_at_every_sync
     assert mirror.levels is mirror.run.levels and len(mirror.levels) == 3 and mirror.to_dict()["slo"] == "ttft_p95=2s"
     again = cut(search, hold(mirror, False))
     assert again.levels is None and len(pickle.dumps(again)) < len(pickle.dumps(search)) / 4
+
 
 FORK_WHILE_WATCHING = """
 import multiprocessing, sys, threading, time

@@ -158,6 +158,7 @@ class CapacityForm(Generic[T]):
     start_rate: T
     max_rate: T
 
+
 def form_plan(form: CapacityForm, config, loaded) -> CapacityPlan:
     """The validated CapacityPlan the form's values ask for (ValueError naming the field); an empty number keeps
     the CLI's default, an output length of 0 the workload's lengths."""

@@ -312,7 +312,7 @@ class LabHost:
         self.version += 1
 
     def keep(self, result) -> None:
-        """Store a run, experiment or sweep (partial or final) in the results database; a failure is logged."""
+        """Store any task (partial or final) in the results database, with its predictions; a failure is logged."""
         keep(self.db_path, result, self._predictions_of(result))
 
     def environment(self) -> dict:

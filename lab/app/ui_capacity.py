@@ -43,7 +43,6 @@ INTRO = ("A throughput ratio says how much faster one engine is at a load you ch
          "the probes. The same search as `python -m lab capacity` (docs/capacity.md).")
 
 
-
 # -- pure helpers ------------------------------------------------------------------------------------
 def search_progress(result) -> str:
     """One line: the search's targets, status, message and the probes finished."""

@@ -81,6 +81,7 @@ log = logging.getLogger(__name__)
 
 # -- the search policy (pure) ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Space:
     """Where a search looks: from ``start``, doubling up to ``most`` or halving down to ``least``; whole levels

@@ -17,6 +17,7 @@ from lab.metrics.kv import blocks_for
 
 ENGINES = ()  # the engines this experiment needs loaded
 
+
 @dataclass(frozen=True)
 class Params:
     """A setting to try: gpu_memory_utilization (GPU) or kv_cache_gib; block_size; max_model_len."""

@@ -25,6 +25,7 @@ MAX_TOKENS = {"cpu": 8192, "cuda": 262144}  # output tokens the experiment may a
 
 ENGINES = ("hf", "vllm")  # the engines this experiment needs loaded
 
+
 @dataclass(frozen=True)
 class Params:
     """users: levels; requests_per_user; prefill_requests_per_user: the prefill-bound work's own (None: as

@@ -26,6 +26,7 @@ MODE = ("recompute: vLLM v1 frees a preempted request's blocks and recomputes it
 
 ENGINES = ("vllm",)  # the engines this experiment needs loaded
 
+
 @dataclass(frozen=True)
 class Params:
     """kv_blocks: the small pool (None: the least vLLM accepts, one max_model_len request plus its null

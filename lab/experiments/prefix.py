@@ -24,6 +24,7 @@ from lab.status import RequestStatus
 ENGINES = ("vllm",)  # the engines this experiment needs loaded
 ORDERS = ("first", "last")
 
+
 @dataclass(frozen=True)
 class Params:
     """requests: how many (the same set in both orders); users: concurrent closed-loop users sending them;

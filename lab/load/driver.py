@@ -18,6 +18,7 @@ from lab.status import RequestStatus
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class RequestRecord:
     """What happened to one request. Times are time.perf_counter() seconds.
