@@ -20,9 +20,24 @@ fi
 files=("$stack")
 [ "$want" = dev ] && files+=(requirements-dev.txt)
 stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt pyproject.toml | sha1sum | cut -c1-16)"
+# The CPU stack's pins are its whole environment, so uv installs what pip would, in seconds rather than minutes
+# (parallel downloads; bytecode compiled up front as pip does it, since PYTHONDONTWRITEBYTECODE would otherwise leave
+# every import compiling); pip is the way where uv can't be had or fails, and for the GPU stack. uv reads no pip
+# configuration: pip's find-links (this machine's own wheels, torch's CPU build among them) are passed on.
+install_stack() {
+  if [ "$stack" = requirements-cpu.txt ] && pip install -q uv >/dev/null 2>&1; then
+    local args=() link f
+    for link in $(pip config get global.find-links 2>/dev/null || true); do args+=(--find-links "$link"); done
+    for f in "$@"; do args+=(-r "$f"); done
+    uv pip install -q --compile-bytecode "${args[@]}" "${pins[@]}" && return
+    echo "setup: uv failed; pip installs the stack instead"
+  fi
+  for f in "$@"; do pip install -q -r "$f" "${pins[@]}"; done
+}
+
 if [ ! -f "$stamp" ]; then
   echo "setup: installing ${files[*]} into .venv (a few minutes the first time)"
-  for f in "${files[@]}"; do pip install -q -r "$f" "${pins[@]}"; done
+  install_stack "${files[@]}"
   if [ "$stack" = requirements-cpu.txt ]; then
     pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi

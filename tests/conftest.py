@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+pytest_plugins = ("tests.ui_kit",)  # the browser tests' fixtures (served app, Chromium, room), one place for both files
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -46,11 +48,13 @@ def running_session(config, engines=("hf", "vllm")):
 # files first (the notebooks, ~10 minutes on one worker, are two files, one per worker), so that one worker's
 # vLLM start (imports in a new process, single-threaded) overlaps the other's engines. A worker takes its next file
 # when two tests of its current one are left, so the files that come last should be short ones: test_why.py (one
-# test of ~140 s, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run
-# alone: their limits are times, and a second worker's load broke them (each layout's time:
-# docs/results/cpu-avx2/README.md, "What a vLLM start costs here, and CI's time").
+# test of ~140 s, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run in two
+# workers of their own, away from the engines' load: their limits are times. The two browser files (each with its
+# own served app) start first, one per worker; the app's file follows on the first to finish. Their load alone is
+# light (a page waits on its engines most of the time); a notebook's worker beside them broke their time-outs (each
+# layout's time: docs/results/cpu-avx2/README.md, "What a vLLM start costs here, and CI's time").
 SLOWEST_FILES = ("test_notebooks.py", "test_notebooks_more.py", "test_engines.py", "test_experiments.py",
-                 "test_why.py", "test_sweeps.py", "test_serve.py")
+                 "test_why.py", "test_sweeps.py", "test_serve.py", "test_ui.py", "test_ui_tabs.py")
 
 
 def bind_vllm_to_this_worker() -> None:

@@ -36,7 +36,7 @@ from lab.sweeps import SweepPlan, SweepResult
 from lab.sweeps.words import sweep_answer
 from tests.conftest import CharTokenizer
 from tests.test_driver import fake_result
-from tests.test_ui import CHROMIUM, CHROMIUM_ARGS
+from tests.ui_kit import CHROMIUM, CHROMIUM_ARGS
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 EXPLAIN = RESULTS / "cpu-why" / "overhead" / "explain.json"
