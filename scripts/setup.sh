@@ -35,6 +35,15 @@ install_stack() {
   for f in "$@"; do pip install -q -r "$f" "${pins[@]}"; done
 }
 
+# Debian's chromium (the browser tests') downloads beside the Python stack, where no password is asked for.
+chromium=""
+if [ "$want" = dev ] && [ ! -x /usr/bin/chromium ]; then
+  echo "setup: installing Debian's chromium for the browser tests"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
+  install_chromium() { $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq chromium >/dev/null; }
+  if [ -z "$sudo_cmd" ] || sudo -n true 2>/dev/null; then install_chromium & chromium=$!; else install_chromium; fi
+fi
+
 if [ ! -f "$stamp" ]; then
   echo "setup: installing ${files[*]} into .venv (a few minutes the first time)"
   install_stack "${files[@]}"
@@ -46,10 +55,6 @@ if [ ! -f "$stamp" ]; then
   pip install -q --no-deps --no-build-isolation -e .
   touch "$stamp"
 fi
-if [ "$want" = dev ] && [ ! -x /usr/bin/chromium ]; then
-  echo "setup: installing Debian's chromium for the browser tests"
-  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq chromium >/dev/null
-fi
 python -m lab setup-model >/dev/null
+[ -z "$chromium" ] || wait "$chromium" || { echo "setup: installing chromium failed" >&2; exit 1; }
 echo "setup: ready (stack: $stack, model: $(python -c 'from lab.model import embedded_model_dir; print(embedded_model_dir())'))"

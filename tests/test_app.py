@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,14 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.ui_kit import free_port
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_apps(folder: Path, count: int, apps: list) -> None:

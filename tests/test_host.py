@@ -1,7 +1,7 @@
 """The app's engine host: engine health, the header line, and when it stops restarting a dead engine.
 
 A host over fake engines (its session stands in for a loaded one); the real kill-and-restart runs in
-tests/test_ui.py.
+tests/test_ui_tabs.py.
 """
 
 import asyncio

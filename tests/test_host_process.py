@@ -1,5 +1,5 @@
 """lab.app.host_process: the engine host in its own process, as app.py runs it (no engine loaded here: the
-loaded path runs in tests/test_ui.py and tests/test_app.py)."""
+loaded path runs in tests/test_ui.py, tests/test_ui_tabs.py and tests/test_app.py)."""
 
 import os
 import pickle

@@ -3,7 +3,7 @@ host's one ``submit`` and the CLI's one runner, and each ends in the history (la
 
 The plumbing is what is tested here, so the engines are lab.engines.fake's (instant, on the real tokenizer of the
 embedded model and the real session, runs, sweeps, ladder and search); the real engines walk the same paths in
-tests/test_ui.py, tests/test_why.py and tests/test_capacity.py.
+tests/test_ui.py, tests/test_ui_tabs.py, tests/test_why.py and tests/test_capacity.py.
 """
 
 from __future__ import annotations

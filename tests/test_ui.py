@@ -1,7 +1,7 @@
 """The dashboard: its agreement text (pure, fast), then the real app with the real engines (CPU) through
 gradio_client and in headless Chromium (marked ui): the Load test tab, the Results and Environment tabs, the
-workshop room and the API's refusals. The other tabs are tests/test_ui_tabs.py's; the fixtures and waits both use
-are tests/ui_kit.py's."""
+workshop room, a short soak and the API's refusals. The other tabs are tests/test_ui_tabs.py's; the fixtures and
+waits both files use are tests/ui_kit.py's."""
 
 import json
 import os

@@ -3,7 +3,6 @@ headless Chromium, the workshop room's token, and the waits and form fills a per
 asks for ``served`` gets an app of its own (module scope), so that the two files can run in two processes.
 tests/conftest.py makes the fixtures here visible to every test file."""
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,11 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.app.host_process import RemoteHost
 from lab.config import EngineConfig
+from lab.serve import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
