@@ -18,7 +18,12 @@ notebooks: setup
 lint: setup-dev
 	.venv/bin/ruff check .
 
-# Every test file in two workers, each file whole on one of them, the browser files last (tests/conftest.py says
-# how and why).
+# The browser tests (their limits are times) run after the rest, away from its load, in two workers of their own:
+# the two browser files, one each, each serving its own app. The rest runs in two workers before them
+# (tests/conftest.py says how and why).
+BROWSER = tests/test_ui.py tests/test_ui_tabs.py
+XDIST = -n 2 --dist loadfile --no-loadscope-reorder
+
 test: lint
-	.venv/bin/python -m pytest -v -n 2 --dist loadfile --no-loadscope-reorder
+	.venv/bin/python -m pytest -v $(XDIST) $(addprefix --ignore=,$(BROWSER))
+	.venv/bin/python -m pytest -v $(XDIST) $(BROWSER)

@@ -43,18 +43,18 @@ def running_session(config, engines=("hf", "vllm")):
     loop.close()
 
 
-# `make test` runs every file in two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder), each file whole on
-# one of them, in this order: the files of unit tests only; then the files that load engines, slowest first (the
-# notebooks, ~6 minutes on one worker, are two files, one per worker), so that one worker's vLLM start (imports in a
-# new process, single-threaded) overlaps the other's engines; then the two browser files, each with a served app of
-# its own. A worker takes its next file when two tests of its current one are left, so the short engine files come
-# last: a browser file starts as its worker leaves the engines' files, and runs beside the other browser file, not
-# beside a notebook, whose load broke the browser tests' time-outs (each layout's time:
-# docs/results/cpu-epyc-2core/README.md, "CI's time"). The app's file (a 5-s limit on its stop, ~1.2 s measured)
-# comes right after the notebooks.
+# `make test` runs all but the browser files in two workers (pytest-xdist, --dist loadfile --no-loadscope-reorder):
+# each file whole on one of them, the files of unit tests only first, then the slowest files first (the notebooks,
+# ~6 minutes on one worker, are two files, one per worker), so that one worker's vLLM start (imports in a new
+# process, single-threaded) overlaps the other's engines. A worker takes its next file when two tests of its current
+# one are left, so the files that come last should be short ones. The app's file (two apps started, then stopped
+# within 5 s each; ~1.2 s measured) follows the notebooks. Then the two browser files run in two workers of their
+# own, one each, each with a served app of its own, away from the engines' load: their limits are times, and a
+# notebook's worker beside them broke their time-outs (each layout's time: docs/results/cpu-epyc-2core/README.md,
+# "CI's time").
 SLOWEST_FILES = ("test_notebooks.py", "test_notebooks_more.py", "test_app.py", "test_engines.py",
-                 "test_experiments.py", "test_why.py", "test_sweeps.py", "test_serve.py")
-BROWSER_FILES = ("test_ui.py", "test_ui_tabs.py")
+                 "test_experiments.py", "test_why.py", "test_sweeps.py", "test_serve.py", "test_ui.py",
+                 "test_ui_tabs.py")
 
 
 def bind_vllm_to_this_worker() -> None:
@@ -74,8 +74,7 @@ bind_vllm_to_this_worker()
 
 def pytest_collection_modifyitems(config, items):
     """Run unit tests first, then the slow ones that load real engines, then the browser ones; under xdist
-    (each file one unit of work), the files of unit tests only first, then the slowest files first, the browser
-    files last."""
+    (each file one unit of work), the files of unit tests only first, then the slowest files first."""
     order = {"slow": 1, "ui": 2}
 
     def rank(item):
@@ -89,8 +88,6 @@ def pytest_collection_modifyitems(config, items):
             name = item.path.name
             if name not in heavy:
                 return -1  # files of unit tests only: first, before any engine ran in the worker (as without xdist)
-            if name in BROWSER_FILES:
-                return len(SLOWEST_FILES) + 1 + BROWSER_FILES.index(name)
             return SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
 
         items.sort(key=weight)  # stable: within a file, the order above
