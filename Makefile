@@ -18,12 +18,12 @@ notebooks: setup
 lint: setup-dev
 	.venv/bin/ruff check .
 
-# The browser tests (their limits are times) run after the rest, away from its load, in two workers of their own:
-# the two browser files, one each, each serving its own app. The rest runs in two workers before them
-# (tests/conftest.py says how and why).
-BROWSER = tests/test_ui.py tests/test_ui_tabs.py
+# The tests whose limits are times (browser time-outs, the app's 5-s stop) run after the rest, away from its load,
+# in two workers of their own: the two browser files, one each (each serves its own app), then the app's. The rest
+# runs in two workers before them (tests/conftest.py says how and why).
+TIMED = tests/test_ui.py tests/test_ui_tabs.py tests/test_app.py
 XDIST = -n 2 --dist loadfile --no-loadscope-reorder
 
 test: lint
-	.venv/bin/python -m pytest -v $(XDIST) $(addprefix --ignore=,$(BROWSER))
-	.venv/bin/python -m pytest -v $(XDIST) $(BROWSER)
+	.venv/bin/python -m pytest -v $(XDIST) $(addprefix --ignore=,$(TIMED))
+	.venv/bin/python -m pytest -v $(XDIST) $(TIMED)

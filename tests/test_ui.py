@@ -1,7 +1,7 @@
 """The dashboard: its agreement text (pure, fast), then the real app with the real engines (CPU) through
 gradio_client and in headless Chromium (marked ui): the Load test tab, the Results and Environment tabs, the
-workshop room and the API's refusals. The other tabs are tests/test_ui_tabs.py's; the fixtures and
-waits both files use are tests/ui_kit.py's."""
+workshop room and the API's refusals. The other tabs are tests/test_ui_tabs.py's; the fixtures and waits both use
+are tests/ui_kit.py's."""
 
 import json
 import os
@@ -622,6 +622,22 @@ def test_two_attendees_predict_the_presenter_runs_and_every_page_shows_the_room_
                                timeout=20_000)
         assert f"measured {times(measured['measured'])}" in page.inner_text("#predict-figure")
         page.close()
+
+
+@pytest.mark.ui
+def test_a_short_soak_prints_its_growth(served):
+    from bench.soak import growth, report, soak
+    from lab.config import LoadConfig, RunPlan
+
+    host, _ = served
+    plan = RunPlan(engines=("hf", "vllm"), engine=host.config,
+                   load=LoadConfig(users=(1, 2), requests_per_user=1, output_len=8, warmup_requests=0))
+    samples = soak(host, plan, runs=3)
+    assert [s.status for s in samples] == ["ok"] * 3 and all(s.vllm_tok_s for s in samples)
+    assert samples[-1].children >= 2 and samples[-1].fds > 0  # vLLM's engine core and worker were read
+    text = report(samples, growth(samples))
+    print(text)
+    assert "lab_rss_mib" in text and "verdict:" in text
 
 
 @pytest.mark.ui

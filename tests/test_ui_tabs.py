@@ -1,5 +1,5 @@
 """The app's other tabs in headless Chromium on the real engines (CPU), marked ui: a killed vLLM and its restart, an
-endpoint, a short soak, then the KV cache, Sweeps, Why and Capacity tabs. A file of its own (its own served app), so
+endpoint, then the KV cache, Sweeps, Why and Capacity tabs. A file of its own (its own served app), so
 that CI runs it beside tests/test_ui.py, one process each."""
 
 import dataclasses
@@ -85,22 +85,6 @@ def test_an_endpoint_connects_from_the_page_and_runs_open_loop_beside_hf(served,
         page.close()
     finally:
         stop(server)
-
-
-@pytest.mark.ui
-def test_a_short_soak_prints_its_growth(served):
-    from bench.soak import growth, report, soak
-    from lab.config import LoadConfig, RunPlan
-
-    host, _ = served
-    plan = RunPlan(engines=("hf", "vllm"), engine=host.config,
-                   load=LoadConfig(users=(1, 2), requests_per_user=1, output_len=8, warmup_requests=0))
-    samples = soak(host, plan, runs=3)
-    assert [s.status for s in samples] == ["ok"] * 3 and all(s.vllm_tok_s for s in samples)
-    assert samples[-1].children >= 2 and samples[-1].fds > 0  # vLLM's engine core and worker were read
-    text = report(samples, growth(samples))
-    print(text)
-    assert "lab_rss_mib" in text and "verdict:" in text
 
 
 # -- the KV cache tab -----------------------------------------------------------------------------------
