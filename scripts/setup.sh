@@ -25,7 +25,7 @@ stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt pyproject.toml | sha
 # every import compiling); pip is the way where uv can't be had or fails, and for the GPU stack. uv reads no pip
 # configuration: pip's find-links (this machine's own wheels, torch's CPU build among them) are passed on.
 install_stack() {
-  if [ "$stack" = requirements-cpu.txt ] && pip install -q uv >/dev/null 2>&1; then
+  if [ "$stack" = requirements-cpu.txt ] && pip install -q uv==0.13.9 >/dev/null 2>&1; then
     local args=() link f
     for link in $(pip config get global.find-links 2>/dev/null || true); do args+=(--find-links "$link"); done
     for f in "$@"; do args+=(-r "$f"); done

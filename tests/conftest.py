@@ -45,14 +45,14 @@ def running_session(config, engines=("hf", "vllm")):
 
 # `make test` runs all but the browser and app files in two workers (pytest-xdist, --dist loadfile
 # --no-loadscope-reorder): each file whole on one of them, the files of unit tests only first, then the slowest
-# files first (the notebooks, ~10 minutes on one worker, are two files, one per worker), so that one worker's
+# files first (the notebooks, ~12 minutes on one worker, are two files, one per worker), so that one worker's
 # vLLM start (imports in a new process, single-threaded) overlaps the other's engines. A worker takes its next file
 # when two tests of its current one are left, so the files that come last should be short ones: test_why.py (one
 # test of ~140 s, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run in two
 # workers of their own, away from the engines' load: their limits are times. The two browser files (each with its
-# own served app) start first, one per worker; the app's file follows on the first to finish. Their load alone is
-# light (a page waits on its engines most of the time); an engine file's worker beside them broke their time-outs,
-# and the app's two starts beside an engine file broke its cancel check (each layout's time:
+# own served app) start first, one per worker; the app's file follows on the first to finish. Beside each other
+# they run 1.4-2x slower than alone, within their limits; an engine file's worker beside them broke their
+# time-outs, and the app's two starts beside an engine file broke that file's cancel check (each layout's time:
 # docs/results/cpu-epyc-2core/README.md, "CI's time").
 SLOWEST_FILES = ("test_notebooks.py", "test_notebooks_more.py", "test_engines.py", "test_experiments.py",
                  "test_why.py", "test_sweeps.py", "test_serve.py", "test_ui.py", "test_ui_tabs.py")
