@@ -26,7 +26,7 @@ from lab.words.story import level_words
 
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.joinpath("notebooks").glob("*.ipynb"))
 SHAPE = ("What you will learn", "Predict", "Explain", "Exercise")
-HALF = ("02", "03", "05")  # about half of the ~10 minutes they take on 2 cores (the other file: 01, 04, 06, 07)
+HALF = ("02", "03", "05")  # about half of the ~12 minutes they take on 2 cores (the other file: 01, 04, 06, 07)
 KNOBS = {  # a learner's edits the tests make (CI's time); two repeats still give every spread its low and high
     "01_hf_vs_vllm": {"REPEATS": 2},
     "03_concurrency": {"REPEATS": 2, "USERS": "1,2"},  # still a step from 1 user to more
