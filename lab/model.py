@@ -17,7 +17,6 @@ import logging
 import os
 import re
 from pathlib import Path
-from unittest import mock
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +101,8 @@ def gguf_read_once():
     parses the file for the tokenizer, the config and the weights, and rebuilds gguf's name map for each of the
     model's ~400 modules: 13 s and 6 s of a 22-s build on 2 cores (cProfile). Both are read-only where it uses them,
     and it imports both from ``gguf`` at each call, so a cached stand-in serves every call."""
+    from unittest import mock
+
     import gguf
 
     with mock.patch.object(gguf, "GGUFReader", functools.cache(gguf.GGUFReader)), \
