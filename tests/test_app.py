@@ -1,4 +1,6 @@
-"""app.py as a user starts and stops it: a real process with both engines, stopped by SIGTERM and Ctrl-C."""
+"""app.py as a user starts and stops it: a real process, stopped by SIGTERM and Ctrl-C. Its engine is vLLM alone, the
+one that runs processes of its own (HF computes inside the app's process): two apps with HF beside each cost CI
+~20 s of CPU more while the browser files run beside them, and leave no more to check."""
 
 import os
 import signal
@@ -18,10 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_apps(folder: Path, count: int, apps: list) -> None:
     """``count`` app.py processes started together into ``apps`` (their engines' starts overlap, one per core), each
-    on a free port with its log in FOLDER/app-N.log; returns once each says both engines are ready."""
+    on a free port with its log in FOLDER/app-N.log; returns once each says its engine is ready."""
     logs = [folder / f"app-{n}.log" for n in range(count)]
     for log_path in logs:
-        apps.append(subprocess.Popen([sys.executable, "app.py", "--port", str(free_port()), "--max-model-len", "1024"],
+        apps.append(subprocess.Popen([sys.executable, "app.py", "--port", str(free_port()), "--max-model-len", "1024",
+                                      "--engines", "vllm"],
                                      cwd=ROOT, stdout=log_path.open("w"), stderr=subprocess.STDOUT,
                                      env={**os.environ, "HF_HUB_OFFLINE": "1"}))
     deadline = time.monotonic() + 300
