@@ -48,7 +48,7 @@ def running_session(config, engines=("hf", "vllm")):
 # files first (the notebooks, ~12 minutes on one worker, are two files, one per worker), so that one worker's
 # vLLM start (imports in a new process, single-threaded) overlaps the other's engines. A worker takes its next file
 # when two tests of its current one are left, so the files that come last should be short ones: test_why.py (one
-# test of ~140 s, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run in two
+# test of ~2 minutes, the CLI ladder on every CPU rung) comes before the rest. Then the browser and app files run in two
 # workers of their own, away from the engines' load: their limits are times. The two browser files (each with its
 # own served app) start first, one per worker; the app's file follows on the first to finish. Beside each other
 # they run 1.4-2x slower than alone, within their limits; an engine file's worker beside them broke their
