@@ -71,14 +71,16 @@ def main(argv=None) -> int:
     # SIGINT left the app running past 60 s; SIGTERM never has)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
-    host.start_loading()
     warn_small_shm()
     announce(access, args)
     app = build_app(host, access)
     code = 0
     try:
         app.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
-                                                      share=args.share)
+                                                      share=args.share, prevent_thread_lock=True)
+        host.start_loading()  # once the page answers: Gradio's launch gives its own check of localhost 3 s, which
+        #                       the engines' imports beside it once outran on a busy 2-core machine (CI, 2026-11-29)
+        app.block_thread()
     except SystemExit:  # SIGTERM and SIGINT (the handlers above)
         pass
     except Exception:
