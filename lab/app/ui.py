@@ -473,8 +473,7 @@ def build_app(host: Host, access: Access | None = None) -> gr.Blocks:
         _wire_timer(handlers, header, load, results, env, ticker)
         ticker.wire()  # one timer for every tab's groups
         for started in guard.starts:  # Cancel pressable as soon as a start is taken, not at the next tick
-            started.then(handlers.buttons, None, guard.buttons(), queue=False, show_progress_on=[sign_in.role],
-                         **QUIET)  # its status on one line, not on every button (lab.app.ui_timer)
+            started.then(handlers.buttons, None, guard.buttons(), queue=False, **QUIET)
         wire_sign_in(app, sign_in, handlers.sign_in, guard.role_outputs(sign_in) + guard.buttons())
         app.frame = _first_frame(handlers, ticker, sign_in, load)
         gr.api(handlers.run_and_wait, api_name="run_and_wait")

@@ -151,8 +151,7 @@ def sign_in_line(guard: Guard) -> SignIn:
 def wire_sign_in(app: gr.Blocks, sign_in: SignIn, handler: Callable, outputs: list) -> None:
     """Sign-in by the button, Enter, or a token in the page's URL as it loads; ``handler(token, request)`` returns
     the token box, the role's updates and ``outputs``'s (call once every tab has gated its controls)."""
-    quiet = {"api_visibility": "private", "show_progress": "hidden", "show_progress_on": [sign_in.role]}  # its
-    #       status on the role line, not on every control it redraws (lab.app.ui_timer says why)
+    quiet = {"api_visibility": "private", "show_progress": "hidden"}
     every = [sign_in.token, *outputs]
     sign_in.button.click(handler, [sign_in.token], every, **quiet)
     sign_in.token.submit(handler, [sign_in.token], every, **quiet)

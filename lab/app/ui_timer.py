@@ -75,13 +75,10 @@ def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: 
     def tick(interval: float, request: gr.Request) -> list:
         return [key() for key in read] + [pace.ticked(request.session_hash, interval)]
 
-    # queued: only a queued event reports which States it changed, and so fires their change events. Each event's
-    # loading status goes on its own State, not on the components it draws: at every message of every event, Gradio's
-    # page refreshes the status of each component that ever had one, so a status kept off the figures and tables keeps
-    # a page's tick cheap (docs/results/cpu-epyc-2core/README.md, "CI's time")
-    timer.tick(tick, timer, keys + [timer], show_progress_on=[timer], **quiet)
+    # queued: only a queued event reports which States it changed, and so fires their change events
+    timer.tick(tick, timer, keys + [timer], **quiet)
     for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):
-        state.change(fn, inputs[0] if inputs else None, outputs, queue=False, show_progress_on=[state], **quiet)
+        state.change(fn, inputs[0] if inputs else None, outputs, queue=False, **quiet)
 
 
 class Pace:
