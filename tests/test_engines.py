@@ -3,8 +3,6 @@ transformers' own continuous batching (hf-cb) and vLLM's own step loop (vllm-eng
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -139,16 +137,25 @@ def test_cancel_keeps_partial_results(lab, name):
     assert follow[0].status == RequestStatus.OK and follow[0].output_tokens == 4
 
 
-def test_cli_bench_writes_summary_and_requests(tmp_path):
+def cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """The CLI's main in this process, as `python -m lab` runs it: its exit code, stdout and stderr. Its engines
+    are its own; a subprocess would import torch, transformers and vLLM again (~10 s of CPU), which this process
+    has already done (`python -m lab` itself is run by the refusal tests of tests/test_why.py)."""
+    from lab.__main__ import main
+
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_bench_writes_summary_and_requests(tmp_path, capsys):
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lab", "bench", "--engines", "hf,vllm", "--users", "1,2", "--requests-per-user",
-         "1", "--output-len", "8", "--workload", "equal", "--device", "cpu", "--kv-cache-gib", "0.5",
-         "--max-model-len", "512", "--warmup", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "vLLM/HF output tok/s at 2 users" in proc.stdout
+    code, stdout, stderr = cli(
+        ["bench", "--engines", "hf,vllm", "--users", "1,2", "--requests-per-user", "1", "--output-len", "8",
+         "--workload", "equal", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len", "512", "--warmup", "1",
+         "--out", str(out)], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "vLLM/HF output tok/s at 2 users" in stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["model"] == "SmolLM2-135M-Instruct"
     assert {(r["engine"], r["users"]) for r in summary["runs"]} == {("hf", 1), ("vllm", 1), ("hf", 2), ("vllm", 2)}
@@ -188,13 +195,11 @@ def test_chat_turns_hit_vllms_prefix_cache_and_cost_hf_its_history(lab, tmp_path
     assert "TTFT p50 per turn" in page and "prefix cache served" in page
 
 
-def test_cli_check_json_exits_0_when_the_engines_agree():
-    proc = subprocess.run(
-        [sys.executable, "-m", "lab", "check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5",
-         "--max-model-len", "512"], capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+def test_cli_check_json_exits_0_when_the_engines_agree(capsys):
+    code, stdout, stderr = cli(["check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len",
+                                "512"], capsys)
+    assert code == 0, stderr[-3000:]
+    report = json.loads(stdout)
     assert report["ok"] is True and report["pairs"][0]["other"] == "vllm"
 
 

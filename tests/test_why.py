@@ -112,11 +112,15 @@ def test_explain_refuses_bad_input_with_exit_2_before_loading(args, words, tmp_p
 
 
 @pytest.mark.slow
-def test_explain_overhead_on_this_cpu_writes_every_rung_that_runs_here(tmp_path):
-    """Every CPU rung through the CLI, one turn each (a second turn cost CI ~21 s of CPU): the repeats' spread and
-    their interleaving are notebook 07's (two repeats) and the Why tab's cancel test's to check."""
-    done = explain("--preset", "overhead", "--repeats", "1", "--device", "cpu", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_explain_overhead_on_this_cpu_writes_every_rung_that_runs_here(tmp_path, capsys):
+    """Every CPU rung through the CLI's main in this process (its imports are this process's; `python -m lab
+    explain` itself runs in the refusal tests above), one turn each (a second turn cost CI ~21 s of CPU): the
+    repeats' spread and their interleaving are notebook 07's (two repeats) and the Why tab's cancel test's to check."""
+    from lab.__main__ import main
+
+    code = main(["explain", "--preset", "overhead", "--repeats", "1", "--device", "cpu", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
     data = json.loads((tmp_path / "explain.json").read_text())
     ran = [n for n, r in data["rungs"].items() if r["status"] == "ran"]
     assert ran == ["hf", "hf-cb", "vllm-hf-code", "vllm", "vllm-engine", "offline"]  # every rung a CPU can run
@@ -125,7 +129,7 @@ def test_explain_overhead_on_this_cpu_writes_every_rung_that_runs_here(tmp_path)
     assert all(len(data["rungs"][n]["tok_s"]) == 1 for n in ran)
     assert math.isclose(data["product"], data["total"]["value"], rel_tol=0.01)
     assert all(f["n"] == 1 and f["low"] == f["value"] == f["high"] for f in data["factors"] + data["sides"])
-    assert data["caption"] in done.stdout and "vllm / hf:" in done.stdout and "one repeat: no spread" in data["caption"]
+    assert data["caption"] in out and "vllm / hf:" in out and "one repeat: no spread" in data["caption"]
     assert len((tmp_path / "explain.csv").read_text().splitlines()) == 1 + len(ran)
 
 
