@@ -1,11 +1,6 @@
 # The two commands of the README: `make demo` (set up + start the app), `make test` (set up, lint, tests).
 .PHONY: setup setup-dev demo notebooks lint test
 
-# Python writes each module's bytecode at its first import, whatever the shell says: with PYTHONDONTWRITEBYTECODE
-# set, every process (each vLLM start imports the stack again) would compile what it imports, or set-up would
-# compile all 25k files of the stack up front (scripts/setup.sh), ~40 s of a fresh `make test` on 2 cores.
-export PYTHONDONTWRITEBYTECODE :=
-
 setup:
 	bash scripts/setup.sh
 

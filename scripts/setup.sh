@@ -21,19 +21,15 @@ files=("$stack")
 [ "$want" = dev ] && files+=(requirements-dev.txt)
 stamp=".venv/.kvlab-$(cat "${files[@]}" constraints-cpu.txt pyproject.toml | sha1sum | cut -c1-16)"
 # The CPU stack's pins are its whole environment, so uv installs what pip would, in seconds rather than minutes
-# (parallel downloads); pip is the way where uv can't be had or fails, and for the GPU stack. uv reads no pip
+# (parallel downloads; bytecode compiled up front as pip does it, since PYTHONDONTWRITEBYTECODE would otherwise leave
+# every import compiling); pip is the way where uv can't be had or fails, and for the GPU stack. uv reads no pip
 # configuration: pip's find-links (this machine's own wheels, torch's CPU build among them) are passed on.
-# Bytecode: where PYTHONDONTWRITEBYTECODE is set, no import would write its .pyc and every process would compile
-# what it imports again, so the whole stack (25k files, ~40 s on 2 cores) is compiled up front, as pip does it;
-# otherwise Python writes each module's .pyc at its first import (the lab imports about a fifth of the stack).
-# The Makefile's commands run with it unset.
 install_stack() {
   if [ "$stack" = requirements-cpu.txt ] && pip install -q uv==0.13.9 >/dev/null 2>&1; then
     local args=() link f
     for link in $(pip config get global.find-links 2>/dev/null || true); do args+=(--find-links "$link"); done
     for f in "$@"; do args+=(-r "$f"); done
-    [ -z "${PYTHONDONTWRITEBYTECODE:-}" ] || args+=(--compile-bytecode)
-    uv pip install -q "${args[@]}" "${pins[@]}" && return
+    uv pip install -q --compile-bytecode "${args[@]}" "${pins[@]}" && return
     echo "setup: uv failed; pip installs the stack instead"
   fi
   for f in "$@"; do pip install -q -r "$f" "${pins[@]}"; done

@@ -14,6 +14,7 @@ import pytest
 from lab.__main__ import main
 from lab.app.dashboard import BOUND_REQUESTS
 from lab.config import EngineConfig
+from lab.words import times
 from tests.ui_kit import client, open_ready, open_tab, typed, wait_text, watching
 
 
@@ -304,8 +305,8 @@ def test_why_tab_refuses_a_bad_rung_then_runs_a_ladder_draws_it_and_stores_it(se
     levels = host.last("experiment").fields["levels"]
     caption = page.inner_text("#why-caption")
     assert "Across users (measured)" in caption and "taken apart by steps" in caption  # factors across users
-    for users in ("1", "2"):
-        assert f"{levels[users]['total']['value']:.2f}x at {users} user" in caption
+    for users in ("1", "2"):  # a loss said as one (vLLM lost at 1 user once on a loaded 2-core machine)
+        assert f"{times(levels[users]['total']['value'])} at {users} user" in caption
     assert page.eval_on_selector("#why-figure", "e => e.querySelectorAll('g.trace').length") >= 3  # total + steps
     factors = page.inner_text("#why-factors")
     assert "hf → vllm" in factors and "users" in factors
