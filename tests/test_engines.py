@@ -137,23 +137,16 @@ def test_cancel_keeps_partial_results(lab, name):
     assert follow[0].status == RequestStatus.OK and follow[0].output_tokens == 4
 
 
-def cli(args: list[str], capsys) -> tuple[int, str, str]:
-    """The CLI's main in this process, as `python -m lab` runs it: its exit code, stdout and stderr. Its engines
-    are its own; a subprocess would import torch, transformers and vLLM again (~10 s of CPU), which this process
-    has already done (`python -m lab` itself is run by the refusal tests of tests/test_why.py)."""
+def test_cli_bench_writes_summary_and_requests(tmp_path, capsys):
+    """The CLI's main in this process (its engines its own): a subprocess would import torch, transformers and
+    vLLM again, ~10 s of CPU (`python -m lab` itself runs in tests/test_why.py's refusal tests)."""
     from lab.__main__ import main
 
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_bench_writes_summary_and_requests(tmp_path, capsys):
     out = tmp_path / "run"
-    code, stdout, stderr = cli(
-        ["bench", "--engines", "hf,vllm", "--users", "1,2", "--requests-per-user", "1", "--output-len", "8",
-         "--workload", "equal", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len", "512", "--warmup", "1",
-         "--out", str(out)], capsys)
+    code = main(["bench", "--engines", "hf,vllm", "--users", "1,2", "--requests-per-user", "1", "--output-len", "8",
+                 "--workload", "equal", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len", "512",
+                 "--warmup", "1", "--out", str(out)])
+    stdout, stderr = capsys.readouterr()
     assert code == 0, stderr[-3000:]
     assert "vLLM/HF output tok/s at 2 users" in stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -196,8 +189,10 @@ def test_chat_turns_hit_vllms_prefix_cache_and_cost_hf_its_history(lab, tmp_path
 
 
 def test_cli_check_json_exits_0_when_the_engines_agree(capsys):
-    code, stdout, stderr = cli(["check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len",
-                                "512"], capsys)
+    from lab.__main__ import main
+
+    code = main(["check", "--json", "--device", "cpu", "--kv-cache-gib", "0.5", "--max-model-len", "512"])
+    stdout, stderr = capsys.readouterr()
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert report["ok"] is True and report["pairs"][0]["other"] == "vllm"
