@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.app.access import Access
@@ -395,11 +396,20 @@ def form(served, browser):
     page.close()
 
 
+def form_holds(page, script: str, timeout_s: float = 10) -> None:
+    """Wait until ``script`` holds on the form's page; a time-out says what its estimate and message lines showed."""
+    try:
+        page.wait_for_function(script, timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        lines = page.evaluate("() => ['#estimate', '#message'].map(s => document.querySelector(s)?.innerText)")
+        raise AssertionError(f"{script} did not hold in {timeout_s} s; the estimate and message lines: {lines!r}") \
+            from None
+
+
 def clear_error(page) -> None:
     """A changed form: the refusal is stale and leaves the message line."""
     page.fill("#users textarea", "1,2")
-    page.wait_for_function("() => !document.querySelector('#message').innerText.includes('Input error')",
-                           timeout=10_000)
+    form_holds(page, "() => !document.querySelector('#message').innerText.includes('Input error')")
 
 
 @pytest.mark.ui
@@ -419,7 +429,7 @@ class TestRefusalsOnOnePage:
         assert "Input error" in form.inner_text("#message")
         # said once: the estimate line goes empty (waited for: Gradio may draw a moment's "0.0s" timer over it while
         # the form's twenty change events settle, though each of them hides its progress)
-        form.wait_for_function("() => document.querySelector('#estimate').innerText.trim() === ''", timeout=10_000)
+        form_holds(form, "() => document.querySelector('#estimate').innerText.trim() === ''")
         assert not host.running()
         assert client(url).predict(api_name="/cancel") == "No run in progress."
         form.fill("#output-len input", kept)
