@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from lab.agreement import Agreement, AgreementReport, compare, skipped
 from lab.app.access import Access
@@ -17,7 +16,7 @@ from lab.app.dashboard import BOUND_REQUESTS, agreement_markdown, agreement_warn
 from lab.config import EngineConfig
 from lab.runs import summary_dict
 from lab.store import list_runs
-from tests.ui_kit import client, free_port, open_ready, sign_in, submit, typed, wait_text, watching
+from tests.ui_kit import client, free_port, open_ready, sign_in, submit, typed, wait_text, wait_until, watching
 
 PLOTS = ["plot-throughput", "plot-bars", "plot-ratio", "plot-queue", "plot-vllm-kv", "plot-kv-tokens"]
 
@@ -396,20 +395,13 @@ def form(served, browser):
     page.close()
 
 
-def form_holds(page, script: str, timeout_s: float = 10) -> None:
-    """Wait until ``script`` holds on the form's page; a time-out says what its estimate and message lines showed."""
-    try:
-        page.wait_for_function(script, timeout=timeout_s * 1000)
-    except PlaywrightTimeout:
-        lines = page.evaluate("() => ['#estimate', '#message'].map(s => document.querySelector(s)?.innerText)")
-        raise AssertionError(f"{script} did not hold in {timeout_s} s; the estimate and message lines: {lines!r}") \
-            from None
+FORM_LINES = ["#estimate", "#message"]  # what a refusal test's time-out reports
 
 
 def clear_error(page) -> None:
     """A changed form: the refusal is stale and leaves the message line."""
     page.fill("#users textarea", "1,2")
-    form_holds(page, "() => !document.querySelector('#message').innerText.includes('Input error')")
+    wait_until(page, "() => !document.querySelector('#message').innerText.includes('Input error')", 10, FORM_LINES)
 
 
 @pytest.mark.ui
@@ -429,7 +421,7 @@ class TestRefusalsOnOnePage:
         assert "Input error" in form.inner_text("#message")
         # said once: the estimate line goes empty (waited for: Gradio may draw a moment's "0.0s" timer over it while
         # the form's twenty change events settle, though each of them hides its progress)
-        form_holds(form, "() => document.querySelector('#estimate').innerText.trim() === ''")
+        wait_until(form, "() => document.querySelector('#estimate').innerText.trim() === ''", 10, FORM_LINES)
         assert not host.running()
         assert client(url).predict(api_name="/cancel") == "No run in progress."
         form.fill("#output-len input", kept)

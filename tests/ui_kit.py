@@ -76,15 +76,23 @@ def typed(page, selector, text):
     raise AssertionError(f"{selector} did not keep {text!r}; it holds {page.input_value(selector)!r}")
 
 
+def wait_until(page, script: str, timeout_s: float, watched: list[str], arg=None, wanted: str = "") -> None:
+    """Wait until ``script`` (given ``arg``) holds; a time-out says what each of the ``watched`` selectors showed."""
+    try:
+        page.wait_for_function(script, arg=arg, timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        shown = page.evaluate("(sels) => sels.map(s => document.querySelector(s)?.innerText ?? '(no such element)')",
+                              watched)
+        raise AssertionError(f"{' and '.join(watched)} did not {wanted or 'satisfy ' + script} in {timeout_s} s; "
+                             f"shown: {shown!r}") from None
+
+
+SHOWS = "([sel, text]) => { const e = document.querySelector(sel); return e && e.innerText.includes(text); }"
+
+
 def wait_text(page, selector, text, timeout_s):
     """Wait until ``selector`` shows ``text``; a time-out says what it showed instead."""
-    try:
-        page.wait_for_function(
-            "([sel, text]) => { const e = document.querySelector(sel); return e && e.innerText.includes(text); }",
-            arg=[selector, text], timeout=timeout_s * 1000)
-    except PlaywrightTimeout:
-        shown = page.evaluate("(sel) => document.querySelector(sel)?.innerText ?? '(no such element)'", selector)
-        raise AssertionError(f"{selector} did not show {text!r} in {timeout_s} s; it showed {shown!r}") from None
+    wait_until(page, SHOWS, timeout_s, [selector], arg=[selector, text], wanted=f"show {text!r}")
 
 
 def sign_in(page, token: str, role: str) -> None:
