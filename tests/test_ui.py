@@ -106,6 +106,26 @@ def test_a_redraw_is_built_once_per_change_and_shared_by_every_page():
     assert shared.key_now() == 1 and shared()[0] == "v1" and shared()[0] == "v1" and builds == [0, 1]
 
 
+def test_a_shared_redraw_never_hands_a_page_a_build_older_than_the_key_its_tick_read():
+    """Two pages, the key moving from 0 to 1 at a run's end: page A's redraw built key 0 (it read the key just
+    before the move) while page B's tick, once the last build had aged, read 1. B is handed a build at 1, not A's
+    younger one at 0: B's later ticks read 1 again, so a build at 0 would stay on its page (a cancelled run drawn as
+    running, 2026-11-30)."""
+    from lab.app.ui_timer import Shared
+
+    version, builds = [1], []
+
+    def redraw():
+        builds.append(version[0])
+        return [f"v{version[0]}"]
+
+    shared = Shared(lambda: version[0], redraw, rebuild_s=60)
+    shared._built = (0, ["v0"], time.monotonic())  # page A's build, just made at key 0
+    assert shared(0) == ["v0"] and builds == []  # a page whose tick read 0 may have it while it is young
+    assert shared(1) == ["v1"] and builds == [1]  # page B, whose tick read 1, gets a build at 1
+    assert shared(1) == ["v1"] and shared() == ["v1"] and builds == [1]  # built once for every page after
+
+
 def test_a_room_past_its_tick_budget_slows_every_page_alike_and_a_page_that_left_stops_counting(monkeypatch):
     import gradio as gr
 
@@ -376,7 +396,9 @@ def test_a_page_opened_after_a_run_shows_its_settings_plots_and_estimate_at_1280
     when = next(row["when"] for row in list_runs(host.db_path) if row["run_id"] == summary["run_id"])
     assert when in page.inner_text("#runs-table") and held  # the stored runs listed; nothing queued answered yet
     page.get_by_role("tab", name="Load test").click()
-    page.unroute("**/queue/join*")  # the held events go on
+    page.unroute("**/queue/join*")
+    for route in held:  # the held events go on (an unroute alone leaves them waiting, and the page's timer with them)
+        route.continue_()
     for selector in ("#run", "#plot-ratio", "#plot-bars"):  # a laptop's first screen: Run and the story
         assert page.eval_on_selector(selector, "e => e.getBoundingClientRect().bottom") <= 720, selector
     small = Path(os.environ.get("KVLAB_SCREENSHOT_1280", tmp_path / "dashboard-1280x720.png"))

@@ -45,6 +45,7 @@ from lab.app.dashboard import (
     stored_progress,
     stored_view,
 )
+from lab.app.mirror import holding
 from lab.app.seam import Host
 from lab.app.ui_access import Guard, SignIn, sign_in_line, wire_sign_in
 from lab.app.ui_capacity import build_capacity_tab, build_searches_list
@@ -243,9 +244,15 @@ class Handlers:
         return self.host.status_text()
 
     def live_key(self) -> tuple | None:
-        """Changes whenever the current run has something new to draw; None before the first run."""
+        """Changes whenever the current run has something new to draw: while it goes, with the page's version;
+        once it has ended, with its end's words and what it holds (a sweep's or an experiment's moves of the version
+        redraw nothing here); None before the first run."""
         result = self.host.last("run")
-        return (result.id, self.host.version) if result else None
+        if result is None:
+            return None
+        if result.status == RunStatus.RUNNING:
+            return result.id, self.host.version
+        return result.id, str(result.status), result.message, holding(result)
 
     def runs_key(self) -> tuple:
         """Changes when a level begins or ends and when a run ends (the stored runs grow as levels finish)."""

@@ -6,9 +6,10 @@ a group is redrawn only when its own key changed (the State's change event), so 
 attribute reads a second and no figures. A room of pages costs one build per change, not one per page: each
 group's redraw is ``Shared``, built once per value of its key (figures already turned into their JSON) and
 handed to every page that asks while the key holds; while a run goes its key moves several times a second, so
-a build is at most REBUILD_S old before the next (the tick reads the key of what would be served, so a page never
-keeps a stale build: the newer one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends
-one tick a second whatever the number of tabs. Each tick is a queued event, the server's cost per page; a room's
+a build is at most REBUILD_S old before the next (the tick reads the key of what would be served, and the redraw is
+told the key the tick read and hands out no build older than it, so a page never keeps a stale build: the newer
+one comes at its next tick). Every tab adds its groups to one ``Ticker``: a page sends one tick a second whatever
+the number of tabs. Each tick is a queued event, the server's cost per page; a room's
 ``Pace`` slows every page alike once the room would tick more often than the server's cores serve cheaply (up to
 5 s a tick: past 25 pages per core the room's ticks grow again, five times slower than with no pace). A page's
 first frame carries the same groups (lab.app.ui_frame), and its first tick redraws every group once, so that the
@@ -34,6 +35,7 @@ from lab.app.ui_access import Guard
 
 Group = tuple  # (key, redraw, the components redraw returns[, the components redraw reads]): a group that reads
 #               components (an empty list: only the page's request) is the page's own, not shared
+ANY = object()  # what a page's first frame promises a shared redraw: any build will do (Shared.__call__)
 UNSEEN = "unseen"  # a page's keys before its first tick: no key equals it, so the first tick redraws every group
 REBUILD_S = 0.9  # a shared build serves newer keys for this long, just under the page's 1-s tick: a room's pages,
 #                  ticking out of phase, build about once a second, as one page does, and one page still gets
@@ -77,8 +79,9 @@ def redraw_on_change(groups: Sequence[Group], tick_s: float, quiet: dict, pace: 
 
     # queued: only a queued event reports which States it changed, and so fires their change events
     timer.tick(tick, timer, keys + [timer], **quiet)
-    for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):
-        state.change(fn, inputs[0] if inputs else None, outputs, queue=False, **quiet)
+    for state, fn, (_, _, outputs, *inputs) in zip(keys, shown, groups, strict=True):  # a shared redraw is told
+        #                                                       the key the page's tick read (Shared.__call__)
+        state.change(fn, inputs[0] if inputs else [state], outputs, queue=False, **quiet)
 
 
 class Pace:
@@ -141,13 +144,21 @@ class Shared:
             return key
         return built[0]
 
-    def __call__(self):
+    def __call__(self, promised=ANY):
+        """The outputs of the last build, or of a new one at the host's key. A build at an older key is handed
+        out only while it is younger than ``rebuild_s`` and is the build at ``promised``, the key the page's tick
+        read and its State now holds (a first frame promises nothing): a page handed an older build than its key
+        would keep it, since its later ticks read that key again."""
         key = self.key()
         with self._lock:
             built = self._built
-            if built is None or (built[0] != key and time.monotonic() - built[2] >= self.rebuild_s):
+            if built is None or (built[0] != key and not self._serves(built, promised)):
                 self._built = built = (key, prepared(self.redraw()), time.monotonic())
             return handed_out(built[1])
+
+    def _serves(self, built: tuple, promised) -> bool:
+        """Whether ``built``, not at the host's key, may still be handed to a page that holds ``promised``."""
+        return time.monotonic() - built[2] < self.rebuild_s and (promised is ANY or promised == built[0])
 
 
 def prepared(outputs):
