@@ -6,14 +6,13 @@ import pickle
 import signal
 import subprocess
 import sys
-import threading
 import time
 from types import SimpleNamespace
 
 import psutil
 import pytest
 
-from lab.app.host_process import COPIED, HostGone, RemoteHost, Snapshot, _cut
+from lab.app.host_process import HostGone, RemoteHost, _cut
 from lab.config import EngineConfig, LoadConfig, RunPlan
 from lab.status import RunStatus
 from lab.sweeps import SweepResult
@@ -85,35 +84,6 @@ def test_the_host_cuts_while_a_run_goes_and_once_its_version_moved():
     host.version = 8
     version, running, parts = _cut(host, 7, {})
     assert (version, running) == (8, False) and pickle.loads(parts)["sweep"].message == sweep.message
-
-
-def test_the_pages_version_moves_whenever_a_sync_changes_its_copy():
-    """A run's last words can come while the host's version stands (cut because its task still went): the page's
-    version moves all the same, or a page that drew the run at that version would keep showing it running (a
-    browser test's page did, once in about fifteen cancelled runs on a loaded machine); a sync that brings nothing
-    leaves it."""
-    from bench.redraw_cost import made_up_run
-    from lab.app.mirror import cut, hold
-
-    run = made_up_run([1, 2], 2, 8, 1)
-    page = RemoteHost.__new__(RemoteHost)  # the page's side alone: its syncs answered here
-    page._sync_lock, page._tasks, page._settled, page._synced, page.version = threading.Lock(), {}, False, 0, 0
-    asked = []
-
-    def answer(version, running, parts):
-        values = {name: None for name in COPIED} | {"version": version, "running": running}
-        return lambda method, held_version, held: asked.append(held_version) or Snapshot(values, "run", parts)
-
-    seen = []
-    for host_version, status, running in [(5, RunStatus.RUNNING, True), (5, RunStatus.CANCELLED, True),
-                                          (5, RunStatus.CANCELLED, False)]:
-        run.status = status
-        parts = pickle.dumps({"run": cut(run, hold(page.last("run"), False))}) if running else None
-        page._call = answer(host_version, running, parts)
-        page._sync()
-        seen.append((page.version, page.last("run").status))
-    assert seen == [(1, RunStatus.RUNNING), (2, RunStatus.CANCELLED), (2, RunStatus.CANCELLED)]
-    assert asked == [0, 5, 5]  # the host is asked from the version of its own the mirror holds
 
 
 def test_a_capacity_searchs_probes_cross_as_its_run_does_not_whole_at_every_sync():

@@ -7,11 +7,9 @@ app, which closes it), running a LabHost, and offers the page the ``Host`` seam 
 Unix socket (one connection per calling thread; the host's errors, ValueError included, are raised again in the
 page's process). What the page draws is a mirror (lab.app.mirror) that a thread brings up to date every SYNC_S: the
 host cuts what is new on its event loop, where nothing changes meanwhile, while a run goes or when its version
-moved; the page's ``version`` is the mirror's own, moved after each sync that changed the copy (the page's redraw
-keys read it, so no copy is drawn under a version that a later copy keeps). The host process stops its engines
-and leaves when told to close, on SIGTERM, or when the app's pipe to it closes (the app was killed). If the host
-process dies, calls raise HostGone, the page says so, and the app kills what the host left behind (its process
-group) as it stops.
+moved. The host process stops its engines and leaves when told to close, on SIGTERM, or when the app's pipe to it
+closes (the app was killed). If the host process dies, calls raise HostGone, the page says so, and the app kills
+what the host left behind (its process group) as it stops.
 """
 
 from __future__ import annotations
@@ -52,9 +50,6 @@ STOP_S = 90.0  # the host process's own close (vLLM's stop) before the app kills
 COMMANDS = members("command") + members("ask")  # what the page may call in the host process
 READS = members("read")  # the seam's reads: answers the host computes at each sync
 COPIED = tuple(name for name in ATTRIBUTES if name not in FIXED + MIRRORED)  # the attributes every sync copies
-OWN = ("version",)  # what the page keeps of its own: its version moves after every sync that changed its copy (a
-#                    run's last words can come with no move of the host's: a page that had drawn that version
-#                    would keep drawing the run as running)
 SYNCED = COPIED + READS  # what every sync brings, by the seam's declaration
 
 
@@ -220,7 +215,6 @@ class RemoteHost:
     def __init__(self, config: EngineConfig, engines: tuple[str, ...] = default_names(),
                  db_path: str | Path | None = None):
         self.config, self.engine_names, self.version = config, engines, 0
-        self._synced = 0  # the host's version the mirror holds (``version`` is the mirror's own: see OWN)
         self.task, self._tasks = None, {}  # the current task's mirror; the mirror of the last of each kind
         self._snap: Snapshot | None = None
         self._settled = False  # whether the mirror's experiment and sweep were cut with no task running
@@ -288,21 +282,17 @@ class RemoteHost:
 
     # -- the mirror -----------------------------------------------------------------------------
     def _sync(self) -> None:
-        """Bring the header and the mirrored tasks up to date; then move the page's version if anything came."""
+        """Bring the header and the mirrored tasks up to date."""
         with self._sync_lock:
             held = {kind: hold(thing, self._settled) for kind, thing in self._tasks.items()}
-            snap: Snapshot = self._call("sync", self._synced, held)
+            snap: Snapshot = self._call("sync", self.version, held)
             if snap.parts is not None:
                 for kind, part in pickle.loads(snap.parts).items():
                     self._tasks[kind] = apply(self._tasks.get(kind), part)
                 self._settled = not snap.values["running"]  # cut with no task running: what it holds is final
             for name in COPIED:
-                if name not in OWN:
-                    setattr(self, name, snap.values[name])
+                setattr(self, name, snap.values[name])
             self._snap, self.task = snap, self._tasks.get(snap.task_kind)
-            moved = snap.parts is not None or snap.values["version"] != self._synced
-            self._synced = snap.values["version"]
-            self.version += moved  # last: a page that reads this version finds the copy it names, or a newer one
 
     def _follow(self) -> None:
         """Sync every SYNC_S until closed; once the host process is gone, say so in the header."""

@@ -244,7 +244,7 @@ class Handlers:
         return self.host.status_text()
 
     def live_key(self) -> tuple | None:
-        """Changes whenever the current run has something new to draw: while it goes, with the page's version;
+        """Changes whenever the current run has something new to draw: while it goes, with the host's version;
         once it has ended, with its end's words and what it holds (a sweep's or an experiment's moves of the version
         redraw nothing here); None before the first run."""
         result = self.host.last("run")

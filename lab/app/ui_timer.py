@@ -145,7 +145,7 @@ class Shared:
         return built[0]
 
     def __call__(self, promised=ANY):
-        """The outputs of the last build, or of a new one at the host's key. A build at an older key is handed
+        """The outputs of the last build, or of a new one at the current key. A build at an older key is handed
         out only while it is younger than ``rebuild_s`` and is the build at ``promised``, the key the page's tick
         read and its State now holds (a first frame promises nothing): a page handed an older build than its key
         would keep it, since its later ticks read that key again."""
