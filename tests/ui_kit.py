@@ -26,20 +26,27 @@ def access():
     return Access.for_app("127.0.0.1", environ={})
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, access):
-    """The app of app.py (same host process, same build_app), served on a free port, engines loaded."""
+def serve_lab(db_path, access):
+    """The app of app.py (same host process, same build_app), served on a free port, engines loading:
+    (host, app, url). The browser tests' fixture and bench.page_ends serve it so."""
     from lab.app.ui import build_app
 
     host = RemoteHost(EngineConfig(device="cpu", max_model_len=1024),  # the default KV budget, as screenshots show
-                   db_path=tmp_path_factory.mktemp("db") / "results.sqlite")
+                      db_path=db_path)
     host.start_loading()
     app = build_app(host, access)
     port = free_port()
     app.queue(default_concurrency_limit=8).launch(server_name="127.0.0.1", server_port=port,
                                                   prevent_thread_lock=True, quiet=True)
+    return host, app, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, access):
+    """serve_lab's app, its engines loaded."""
+    host, app, url = serve_lab(tmp_path_factory.mktemp("db") / "results.sqlite", access)
     assert host.wait_ready(timeout_s=300), host.status.text()
-    yield host, f"http://127.0.0.1:{port}/"
+    yield host, url
     app.close()
     host.close()
 
